@@ -1,0 +1,162 @@
+"""What to train: a model factory, batches, a loss and an optimizer factory.
+
+A :class:`Workload` is the one description every command works from. It holds
+factories, not objects, so that ``tune`` can build a fresh model for each
+candidate plan from the same seed.
+
+Example::
+
+    import torch, torchsmith
+
+    def workload() -> torchsmith.Workload:
+        xs = torch.randn(512, 16)
+        ys = xs.sum(1, keepdim=True)
+        batches = [(xs[i:i + 64], ys[i:i + 64]) for i in range(0, 512, 64)]
+        return torchsmith.Workload(
+            model=lambda: torch.nn.Linear(16, 1),
+            batches=batches,
+            loss=lambda model, b: torch.nn.functional.mse_loss(model(b[0]), b[1]),
+            optimizer=lambda params: torch.optim.SGD(params, lr=0.1),
+            samples_per_batch=64,
+        )
+
+then ``torchsmith tune mymodule:workload``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import torch
+from torch import nn
+
+Batch = Any
+"""Whatever the batch source yields: a tensor, a tuple or dict of tensors."""
+
+BUILTIN_WORKLOADS: dict[str, str] = {
+    "gpt-mini": "torchsmith.workloads.gpt_mini:workload",
+    "cnn-mini": "torchsmith.workloads.cnn_mini:workload",
+    "mlp": "torchsmith.workloads.mlp:workload",
+}
+DEFAULT_WORKLOAD = "gpt-mini"
+
+
+class WorkloadError(ValueError):
+    """A workload spec that does not resolve, or a workload that is malformed."""
+
+
+@dataclass(kw_only=True)
+class Workload:
+    """A training job described by factories.
+
+    ``batches`` is re-iterable (a list, a DataLoader, or an object with
+    ``__iter__``) or a zero-argument callable returning a fresh iterable. One
+    pass over it is one epoch. If the source has ``set_epoch(int)`` the engine
+    calls it before each epoch, as with ``DistributedSampler``. Iteration must be
+    deterministic given the seed, so that a resumed run sees the same batches.
+    """
+
+    model: Callable[[], nn.Module]
+    """Builds a fresh model on the CPU. Called once per run or candidate, after seeding."""
+    batches: Iterable[Batch] | Callable[[], Iterable[Batch]]
+    """Training batches; one pass is one epoch."""
+    loss: Callable[[nn.Module, Batch], torch.Tensor]
+    """``loss(model, batch) -> scalar tensor``; runs the forward pass."""
+    optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+    """``optimizer(params) -> Optimizer``."""
+    scheduler: Callable[[torch.optim.Optimizer], Any] | None = None
+    """Optional ``scheduler(optimizer) -> LRScheduler``, stepped once per optimizer step."""
+    eval_batches: Iterable[Batch] | Callable[[], Iterable[Batch]] | None = None
+    """Optional validation batches for ``val_loss``."""
+    samples_per_batch: int | None = None
+    """Samples in one batch; enables samples/s."""
+    tokens_per_batch: int | None = None
+    """Tokens in one batch; enables tokens/s (preferred over samples when set)."""
+    name: str = "workload"
+    seed: int = 0
+    extras: dict[str, Any] = field(default_factory=dict)
+    """Free-form facts about the workload (e.g. the loader as written) for reports."""
+
+    def iter_batches(self) -> Iterable[Batch]:
+        """One epoch's batches."""
+        return self.batches() if callable(self.batches) else self.batches
+
+    def iter_eval_batches(self) -> Iterable[Batch]:
+        if self.eval_batches is None:
+            return []
+        return self.eval_batches() if callable(self.eval_batches) else self.eval_batches
+
+    @property
+    def throughput_unit(self) -> tuple[str, int | None]:
+        """``("tokens", n)``, ``("samples", n)`` or ``("batches", None)``."""
+        if self.tokens_per_batch:
+            return "tokens", self.tokens_per_batch
+        if self.samples_per_batch:
+            return "samples", self.samples_per_batch
+        return "batches", None
+
+
+def load_workload(spec: str | Workload | None = None) -> Workload:
+    """Resolve a workload from a built-in name, ``pkg.mod:fn`` or ``path/to/file.py:fn``.
+
+    >>> load_workload("mlp").name
+    'mlp'
+    """
+    if isinstance(spec, Workload):
+        return spec
+    spec = spec or DEFAULT_WORKLOAD
+    target = BUILTIN_WORKLOADS.get(spec, spec)
+    if ":" not in target:
+        raise WorkloadError(
+            f"workload spec {spec!r} is neither a built-in name ({', '.join(BUILTIN_WORKLOADS)}) "
+            "nor of the form 'package.module:function' or 'path/to/file.py:function'.\n"
+            f"Tip: torchsmith tune {spec}:workload  (if {spec!r} defines `def workload()`)"
+        )
+    module_part, _, attr = target.rpartition(":")
+    module = _import_module(spec, module_part)
+    factory = getattr(module, attr, None)
+    if factory is None:
+        public = [n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n))]
+        raise WorkloadError(
+            f"workload spec {spec!r}: module {module_part!r} has no attribute {attr!r}. "
+            f"Callables it defines: {', '.join(public[:12]) or 'none'}."
+        )
+    workload = factory() if callable(factory) and not isinstance(factory, Workload) else factory
+    if not isinstance(workload, Workload):
+        raise WorkloadError(
+            f"workload spec {spec!r}: {attr}() returned {type(workload).__name__}, expected torchsmith.Workload.\n"
+            "Tip: return torchsmith.Workload(model=..., batches=..., loss=..., optimizer=...)"
+        )
+    if workload.name == "workload":
+        workload.name = spec
+    return workload
+
+
+def _import_module(spec: str, module_part: str):
+    if module_part.endswith(".py") or "/" in module_part or "\\" in module_part:
+        path = Path(module_part).expanduser()
+        if not path.is_file():
+            raise WorkloadError(f"workload spec {spec!r}: file {str(path)!r} does not exist (cwd: {Path.cwd()}).")
+        name = f"_torchsmith_user_{path.stem}"
+        module_spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[name] = module
+        # The user's file may import siblings, as it would under `python file.py`.
+        sys.path.insert(0, str(path.parent.resolve()))
+        module_spec.loader.exec_module(module)
+        return module
+    try:
+        return importlib.import_module(module_part)
+    except ModuleNotFoundError as err:
+        if err.name and module_part.startswith(err.name):
+            raise WorkloadError(
+                f"workload spec {spec!r}: no module named {module_part!r} on sys.path "
+                f"(tried the built-ins {', '.join(BUILTIN_WORKLOADS)} and an import of {module_part!r}).\n"
+                "Tip: run from the directory that holds the module, or pass a file path: path/to/file.py:workload"
+            ) from None
+        raise
