@@ -1,0 +1,1 @@
+"""The training step (``prepare``) and loop (``run``)."""

@@ -1,0 +1,35 @@
+"""Validation loss under ``torch.inference_mode``, with the model's mode and RNG restored."""
+
+from __future__ import annotations
+
+from itertools import islice
+from typing import Any, Iterable
+
+import torch
+from torch import nn
+
+from torchsmith.engine.parts import LossFn
+
+
+def evaluate(model: nn.Module, batches: Iterable[Any], loss_fn: LossFn, device: torch.device,
+             max_batches: int | None = None) -> float | None:
+    """Mean loss over ``batches``; None when there are none.
+
+    inference_mode builds no autograd graph and skips version-counter bookkeeping, so it is
+    cheaper than no_grad. The RNG is forked so that evaluating never shifts the training
+    run's random stream (which exact resume relies on).
+    """
+    from torchsmith.engine.step import to_device
+
+    was_training = model.training
+    total, count = torch.zeros((), device=device), 0
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        model.eval()
+        try:
+            with torch.inference_mode():
+                for batch in islice(batches, max_batches):
+                    total += loss_fn(model, to_device(batch, device)).float()
+                    count += 1
+        finally:
+            model.train(was_training)
+    return (total / count).item() if count else None

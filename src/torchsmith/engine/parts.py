@@ -1,0 +1,31 @@
+"""The pieces a training step is made of; step-level transforms edit these."""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any, Callable, ContextManager
+
+import torch
+from torch import nn
+
+LossFn = Callable[[nn.Module, Any], torch.Tensor]
+
+
+@dataclass
+class StepParts:
+    """Everything ``train_step`` reads. Transforms set fields here instead of wrapping the step."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    loss_fn: LossFn
+    device: torch.device
+    scheduler: Any = None
+    autocast: Callable[[], ContextManager] = nullcontext
+    """Entered around forward + loss of every micro-batch (precision transform)."""
+    forward_contexts: list[Callable[[], ContextManager]] = field(default_factory=list)
+    """Further contexts around forward + loss, e.g. saved-tensor hooks."""
+    scaler: torch.amp.GradScaler | None = None
+    """fp16 loss scaling (CUDA)."""
+    microbatches: int = 1
+    set_to_none: bool = True

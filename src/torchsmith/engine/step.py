@@ -1,0 +1,176 @@
+"""The training step, and ``prepare`` which builds it from a plan.
+
+``train_step`` is one plain function that reads top to bottom. Transforms never wrap
+it; they set fields of :class:`StepParts` (autocast, scaler, micro-batches) or change
+the model and optimizer in place, in the fixed order of ``apply_plan``.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from typing import Any
+
+import torch
+from torch import nn
+
+from torchsmith.engine.compose import apply_plan
+from torchsmith.engine.parts import LossFn, StepParts
+from torchsmith.measure.timing import PhaseTimer
+from torchsmith.plan import Plan
+from torchsmith.transforms.base import Change
+
+
+def train_step(parts: StepParts, batch: Any, timer: PhaseTimer | None = None) -> torch.Tensor:
+    """Forward, loss, backward and optimizer step on one batch; returns the detached loss.
+
+    The loss is returned as a tensor, not a float: ``.item()`` would be a CPU-GPU sync
+    point on every step.
+    """
+    timer = timer or _NULL_TIMER
+    micro = split_batch(batch, parts.microbatches)
+    total = sum(_batch_len(m) for m in micro)
+    loss_sum = torch.zeros((), device=parts.device)
+    for mb in micro:
+        with timer.phase("forward"), ExitStack() as stack:
+            stack.enter_context(parts.autocast())
+            for ctx in parts.forward_contexts:
+                stack.enter_context(ctx())
+            loss = parts.loss_fn(parts.model, mb)
+            # Weight each micro-batch's mean loss by its share, so accumulated gradients
+            # equal the full batch's.
+            weighted = loss * (_batch_len(mb) / total) if len(micro) > 1 else loss
+        with timer.phase("backward"):
+            (parts.scaler.scale(weighted) if parts.scaler else weighted).backward()
+        loss_sum += weighted.detach().float()
+    with timer.phase("optimizer"):
+        if parts.scaler:
+            parts.scaler.step(parts.optimizer)
+            parts.scaler.update()
+        else:
+            parts.optimizer.step()
+        parts.optimizer.zero_grad(set_to_none=parts.set_to_none)
+        if parts.scheduler is not None:
+            parts.scheduler.step()
+    return loss_sum
+
+
+class Step:
+    """A prepared training step: ``loss = step(batch)``. Holds the applied changes.
+
+    Example::
+
+        step = torchsmith.prepare(Plan.load("plan.json"), model, optimizer, loss_fn)
+        for batch in loader:
+            loss = step(batch)
+    """
+
+    def __init__(self, parts: StepParts, changes: list[Change]):
+        self.parts = parts
+        self.changes = changes
+        self.timer: PhaseTimer | None = None
+
+    @property
+    def model(self) -> nn.Module:
+        return self.parts.model
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        return self.parts.optimizer
+
+    def __call__(self, batch: Any) -> torch.Tensor:
+        batch = to_device(batch, self.parts.device)
+        return train_step(self.parts, batch, self.timer)
+
+    def revert(self) -> None:
+        """Undo every transform, last applied first."""
+        for change in reversed(self.changes):
+            change.revert()
+
+    def describe(self) -> list[str]:
+        return [f"{c.name}: {c.summary}" for c in self.changes]
+
+
+def prepare(plan: Plan, model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn,
+            *, scheduler: Any = None, device: torch.device | str | None = None) -> Step:
+    """Apply ``plan`` to your model and optimizer and return the training step.
+
+    ``loss_fn(model, batch)`` runs the forward pass and returns a scalar loss. The
+    model must already be on its device; the optimizer must hold its parameters.
+
+    Example::
+
+        model = Net().to(device)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        step = torchsmith.prepare(torchsmith.Plan.load("plan.json"), model, optimizer,
+                                  lambda m, b: F.cross_entropy(m(b[0]), b[1]))
+        for batch in loader:
+            loss = step(batch)          # forward, backward, optimizer.step, zero_grad
+    """
+    if device is None:
+        param = next(model.parameters(), None)
+        device = param.device if param is not None else torch.device("cpu")
+    parts = StepParts(model=model, optimizer=optimizer, loss_fn=loss_fn,
+                      device=torch.device(device), scheduler=scheduler)
+    changes = apply_plan(plan, parts)
+    return Step(parts, changes)
+
+
+def split_batch(batch: Any, count: int) -> list[Any]:
+    """Split every tensor of a batch along dim 0 into ``count`` nearly equal parts."""
+    if count == 1:
+        return [batch]
+    n = _batch_len(batch)
+    if n < count:
+        raise ValueError(
+            f"cannot split a batch of {n} samples into {count} micro-batches.\n"
+            f"Tip: use microbatching.count <= {n}."
+        )
+    return [_index(batch, i, count) for i in range(count)]
+
+
+def _index(batch: Any, i: int, count: int) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return torch.tensor_split(batch, count)[i]
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_index(b, i, count) for b in batch)
+    if isinstance(batch, dict):
+        return {k: _index(v, i, count) for k, v in batch.items()}
+    return batch
+
+
+def _batch_len(batch: Any) -> int:
+    if isinstance(batch, torch.Tensor):
+        return batch.shape[0] if batch.dim() else 1
+    if isinstance(batch, (list, tuple)) and batch:
+        return _batch_len(batch[0])
+    if isinstance(batch, dict) and batch:
+        return _batch_len(next(iter(batch.values())))
+    return 1
+
+
+def to_device(batch: Any, device: torch.device) -> Any:
+    """Move every tensor of a batch to ``device`` (non-blocking when the source is pinned)."""
+    if isinstance(batch, torch.Tensor):
+        return batch if batch.device == device else batch.to(device, non_blocking=batch.is_pinned())
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(b, device) for b in batch)
+    if isinstance(batch, dict):
+        return {k: to_device(v, device) for k, v in batch.items()}
+    return batch
+
+
+class _NullTimer(PhaseTimer):
+    def phase(self, name: str):  # type: ignore[override]
+        return _NULL_CTX
+
+
+class _NullCtx:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+_NULL_CTX = _NullCtx()
+_NULL_TIMER = _NullTimer()

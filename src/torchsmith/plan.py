@@ -1,0 +1,280 @@
+"""The Plan: every knob torchsmith can turn, as frozen typed configs.
+
+``Plan()`` is the workload as written: eager fp32, PyTorch's default threads, no
+transform. Each knob family is one frozen, keyword-only dataclass; variants are
+types (``FP32() | Autocast(dtype=...)``), not mode strings. A plan round-trips
+through JSON with a schema version, and loading is strict: an unknown key, a
+wrong type or an out-of-range value raises :class:`PlanError` naming the key and
+what is allowed.
+
+Example::
+
+    from torchsmith import Plan
+    from torchsmith.plan import Autocast, Threads
+
+    plan = Plan(threads=Threads(intra_op=2), precision=Autocast(dtype="bfloat16"))
+    plan.save("plan.json")
+    assert Plan.load("plan.json") == plan
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal, Union
+
+SCHEMA_VERSION = 1
+
+
+class PlanError(ValueError):
+    """A plan file or value that does not validate."""
+
+
+def _range(lo: float | None = None, hi: float | None = None) -> dict[str, Any]:
+    return {"min": lo, "max": hi}
+
+
+class _Config:
+    """Validates field types, Literal choices and numeric ranges on construction."""
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            _check(getattr(self, f.name), hints[f.name], f"{type(self).__name__}.{f.name}", f.metadata)
+
+
+# --- strict JSON (de)serialisation --------------------------------------------------
+
+
+def _to_json(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj):
+        out = {"kind": obj.kind} if hasattr(type(obj), "kind") else {}
+        out.update({f.name: _to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)})
+        return out
+    return obj
+
+
+def _variants(tp: Any) -> list[Any]:
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        return list(typing.get_args(tp))
+    return [tp]
+
+
+def _from_json(tp: Any, value: Any, path: str) -> Any:
+    options = _variants(tp)
+    if value is None and type(None) in options:
+        return None
+    options = [o for o in options if o is not type(None)]
+    classes = [o for o in options if dataclasses.is_dataclass(o)]
+    if classes:
+        if not isinstance(value, dict):
+            raise PlanError(f"{path}: expected an object, found {value!r}")
+        cls = classes[0]
+        if len(classes) > 1 or hasattr(classes[0], "kind"):
+            kinds = {c.kind: c for c in classes}
+            kind = value.get("kind")
+            if kind not in kinds:
+                raise PlanError(f"{path}.kind: {kind!r} is not one of {sorted(kinds)}")
+            cls = kinds[kind]
+            value = {k: v for k, v in value.items() if k != "kind"}
+        hints = typing.get_type_hints(cls)
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(value) - set(names))
+        if unknown:
+            raise PlanError(f"{path}: unknown key {unknown[0]!r}; allowed keys: {', '.join(names) or 'none'}")
+        kwargs = {n: _from_json(hints[n], value[n], f"{path}.{n}") for n in names if n in value}
+        try:
+            return cls(**kwargs)
+        except PlanError as err:
+            # __post_init__ names the field as `Class.field`; re-anchor it at its place in the file.
+            raise PlanError(str(err).replace(f"{cls.__name__}.", f"{path}.", 1)) from None
+    return value  # scalars are checked by the dataclass's __post_init__
+
+
+def _check(value: Any, tp: Any, path: str, meta: Any = None) -> None:
+    options = _variants(tp)
+    if value is None:
+        if type(None) in options:
+            return
+        raise PlanError(f"{path}: must not be null")
+    errors = []
+    for option in options:
+        if option is type(None):
+            continue
+        if typing.get_origin(option) is Literal:
+            if value in typing.get_args(option) and type(value) is type(typing.get_args(option)[0]):
+                return
+            errors.append(f"one of {list(typing.get_args(option))}")
+        elif option is bool:
+            if isinstance(value, bool):
+                return
+            errors.append("true or false")
+        elif option in (int, float):
+            if isinstance(value, bool) or not isinstance(value, (int, float) if option is float else int):
+                errors.append("an integer" if option is int else "a number")
+                continue
+            lo, hi = (meta or {}).get("min"), (meta or {}).get("max")
+            if (lo is not None and value < lo) or (hi is not None and value > hi):
+                raise PlanError(f"{path}: {value} is out of range; allowed: {lo} to {hi}")
+            return
+        elif isinstance(option, type) and isinstance(value, option):
+            return
+        else:
+            errors.append(getattr(option, "__name__", str(option)))
+    raise PlanError(f"{path}: {value!r} is not allowed; expected {' or '.join(errors)}")
+
+
+# --- knob families ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Threads(_Config):
+    """CPU thread pools (``torch.set_num_threads`` / ``set_num_interop_threads``)."""
+
+    intra_op: int | None = field(default=None, metadata=_range(1, 1024))
+    """Threads inside one op (matmul, conv). None keeps PyTorch's default (one per physical core).
+    More than the physical cores usually oversubscribes and slows down."""
+    inter_op: int | None = field(default=None, metadata=_range(1, 1024))
+    """Threads running independent ops in parallel. Can only be set once per process, before any
+    parallel work; None keeps the default."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FP32(_Config):
+    """Full fp32: the numerics the workload was written for."""
+
+    kind: ClassVar[str] = "fp32"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Autocast(_Config):
+    """``torch.autocast``: matmuls and convs in a 16-bit dtype, reductions kept in fp32.
+
+    float16 needs CUDA and a GradScaler (its range underflows small gradients). bfloat16 needs
+    native hardware support to be fast: on a CPU without AVX512-BF16/AMX it is emulated and
+    much slower than fp32."""
+
+    kind: ClassVar[str] = "autocast"
+    dtype: Literal["bfloat16", "float16"] = "bfloat16"
+
+
+Precision = Union[FP32, Autocast]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Compile(_Config):
+    """``torch.compile``. Compile time is paid once and reported apart from step time."""
+
+    enabled: bool = False
+    mode: Literal["default", "reduce-overhead", "max-autotune"] = "default"
+    """max-autotune benchmarks kernels at compile time: slower to compile, sometimes faster to run."""
+    regional: bool = False
+    """Compile each repeated block once (``model.blocks``) instead of the whole model: the same
+    code is reused across blocks, so compile time falls roughly by the number of blocks."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MicroBatching(_Config):
+    """Split each batch into micro-batches and accumulate gradients before one optimizer step."""
+
+    count: int = field(default=1, metadata=_range(1, 4096))
+    """Micro-batches per batch. Activation memory falls roughly by this factor; small
+    micro-batches use the cores less well, so step time usually rises."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptimizerImpl(_Config):
+    """How the optimizer's update and gradient reset are executed (same maths)."""
+
+    impl: Literal["as_written", "for_loop", "foreach", "fused"] = "as_written"
+    """for_loop: one kernel per parameter per op; foreach: multi-tensor kernels over all
+    parameters; fused: one kernel for the whole update (where the optimizer and device support it)."""
+    set_to_none: bool = True
+    """``zero_grad(set_to_none=True)`` frees gradients instead of writing zeros into them."""
+
+
+# --- the plan -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan(_Config):
+    """Everything torchsmith applies to a training step. ``Plan()`` is the as-written baseline."""
+
+    threads: Threads = Threads()
+    precision: Precision = FP32()
+    compile: Compile = Compile()
+    microbatching: MicroBatching = MicroBatching()
+    optimizer: OptimizerImpl = OptimizerImpl()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema_version": SCHEMA_VERSION, **_to_json(self)}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "Plan":
+        if not isinstance(data, dict):
+            raise PlanError(f"a plan is a JSON object, found {type(data).__name__}")
+        data = dict(data)
+        version = data.pop("schema_version", None)
+        if version != SCHEMA_VERSION:
+            raise PlanError(
+                f"plan schema_version is {version!r}, this torchsmith reads version {SCHEMA_VERSION}.\n"
+                "Tip: re-run `torchsmith tune` to write a plan for this version."
+            )
+        return _from_json(cls, data, "plan")
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the plan as JSON, atomically (temp file, fsync, rename)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
+            json.dump(self.to_dict(), tmp, indent=2)
+            tmp.write("\n")
+            tmp.flush()
+            os.fsync(tmp.fileno())
+        os.replace(tmp.name, path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Plan":
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise PlanError(f"plan file {str(path)!r} does not exist.\nTip: write one with `torchsmith tune --out {path}`") from None
+        except json.JSONDecodeError as err:
+            raise PlanError(f"plan file {str(path)!r} is not valid JSON: {err}") from None
+        try:
+            return cls.from_dict(data)
+        except PlanError as err:
+            raise PlanError(f"{path}: {err}") from None
+
+    def replace(self, **changes: Any) -> "Plan":
+        return dataclasses.replace(self, **changes)
+
+    def describe(self) -> str:
+        """A short human label of what differs from the baseline, e.g. ``threads=1 + compile``."""
+        parts = []
+        for name, value, default in _differences(self, Plan()):
+            parts.append(f"{name}={value}")
+        return " + ".join(parts) or "as written"
+
+
+def _differences(plan: Any, base: Any, prefix: str = ""):
+    for f in dataclasses.fields(plan):
+        a, b = getattr(plan, f.name), getattr(base, f.name)
+        if a == b:
+            continue
+        name = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(a) and type(a) is type(b):
+            yield from _differences(a, b, name + ".")
+        elif dataclasses.is_dataclass(a):
+            args = ",".join(f"{k}={v}" for k, v in _to_json(a).items() if k != "kind")
+            yield name, f"{a.kind}({args})" if args else a.kind, b
+        else:
+            yield name, a, b
