@@ -1,0 +1,45 @@
+"""torchsmith: measured PyTorch training optimisation.
+
+Public API (imported lazily, so ``import torchsmith`` stays fast)::
+
+    torchsmith.Workload, torchsmith.load_workload   # what to train
+    torchsmith.Plan                                 # which optimisations to apply
+    torchsmith.prepare(plan, model, opt, loss_fn)   # the tuned step for your own loop
+    torchsmith.run(workload, plan, steps=...)       # the engine: progress, checkpoints, resume
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "Workload": "torchsmith.workload",
+    "load_workload": "torchsmith.workload",
+    "Plan": "torchsmith.plan",
+    "prepare": "torchsmith.engine.step",
+    "run": "torchsmith.engine.loop",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:
+    from torchsmith.engine.loop import run
+    from torchsmith.engine.step import prepare
+    from torchsmith.plan import Plan
+    from torchsmith.workload import Workload, load_workload
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'torchsmith' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

@@ -1,0 +1,30 @@
+"""The command line: parse arguments, call the library, hand results to ``report`` to render.
+
+One module per command group keeps each file short; each registers its commands on ``app``.
+"""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="torchsmith",
+    help="Measured PyTorch training optimisation: tune a plan, diagnose a slow script, debug numerics.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+
+@app.callback()
+def _root() -> None:
+    """Measured PyTorch training optimisation."""
+
+
+# Each import registers that group's commands on `app`.
+from torchsmith.cli import run as _run  # noqa: E402,F401
+
+
+def main() -> None:
+    app()
