@@ -122,7 +122,9 @@ class ResNetMini(nn.Module):
 
     def __init__(self, widths: tuple[int, ...] = (16, 32, 64), blocks_per_stage: int = 2, num_classes: int = 10):
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, widths[0], 3, padding=1, bias=False), nn.BatchNorm2d(widths[0]), nn.ReLU())
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, widths[0], 3, padding=1, bias=False), nn.BatchNorm2d(widths[0]), nn.ReLU()
+        )
         blocks, c_in = [], widths[0]
         for i, c_out in enumerate(widths):
             for j in range(blocks_per_stage):

@@ -24,7 +24,9 @@ from torchsmith.workloads._batches import STREAM_DATA, ShuffledBatches, generato
 __all__ = ["MLP", "MLPBlock", "make_table", "workload"]
 
 
-def make_table(n: int, features: int, outputs: int, noise: float, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def make_table(
+    n: int, features: int, outputs: int, noise: float, g: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``n`` rows: features ``(n, features)`` and standardised targets ``(n, outputs)``, both float32."""
     x = torch.randn(n, features, generator=g)
     # Teacher: features -> 64 -> outputs with tanh, weights scaled so the tanh is
