@@ -199,6 +199,47 @@ class OptimizerImpl(_Config):
     """``zero_grad(set_to_none=True)`` frees gradients instead of writing zeros into them."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class Single(_Config):
+    """One process: no distributed wrap (also what a torchrun worker does with world size 1)."""
+
+    kind: ClassVar[str] = "single"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DDP(_Config):
+    """``DistributedDataParallel``: full replica per rank, gradients all-reduced in buckets during backward."""
+
+    kind: ClassVar[str] = "ddp"
+    comm_hook: Literal["bf16"] | None = None
+    """``"bf16"`` compresses gradients to bfloat16 for the all-reduce: half the bytes on the wire,
+    ~3 significant digits per gradient element. None all-reduces in the parameters' dtype."""
+    bucket_cap_mb: int = field(default=25, metadata=_range(1, 1024))
+    """MiB of gradients per all-reduce bucket. Larger buckets: fewer, bigger collectives (less
+    latency per byte) but later overlap with backward."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Zero1(_Config):
+    """ZeRO stage 1 (``ZeroRedundancyOptimizer``) over DDP: each rank keeps the optimizer state of
+    ~1/world of the parameters and broadcasts its updated shard after the step."""
+
+    kind: ClassVar[str] = "zero1"
+
+
+@dataclass(frozen=True, kw_only=True)
+class FSDP2(_Config):
+    """``fully_shard`` per block, then the root: parameters, gradients and optimizer state sharded."""
+
+    kind: ClassVar[str] = "fsdp2"
+    reshard_after_forward: bool = True
+    """Free each block's gathered parameters after its forward and all-gather again in backward:
+    less memory, one more all-gather per block per step."""
+
+
+Parallel = Union[Single, DDP, Zero1, FSDP2]
+
+
 # --- the plan -----------------------------------------------------------------------
 
 
@@ -211,6 +252,7 @@ class Plan(_Config):
     compile: Compile = Compile()
     microbatching: MicroBatching = MicroBatching()
     optimizer: OptimizerImpl = OptimizerImpl()
+    parallel: Parallel = Single()
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, **_to_json(self)}
