@@ -253,6 +253,14 @@ class Plan(_Config):
     microbatching: MicroBatching = MicroBatching()
     optimizer: OptimizerImpl = OptimizerImpl()
     parallel: Parallel = Single()
+    nonfinite: Literal["raise", "skip_step", "warn"] | None = None
+    """What a step with a non-finite loss or gradient norm does. None: nothing is checked (as
+    written). raise: stop with the first module and op that produced it; skip_step: leave the
+    parameters and optimizer state untouched and go on; warn: report it and step anyway. Costs
+    one isfinite check and one host-device sync per step."""
+    auto_microbatch: bool = False
+    """On out-of-memory in forward/backward, double the micro-batch count (halve each micro-batch),
+    clear the gradients and retry the same batch. Same gradients, more passes; errors at 1 sample."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, **_to_json(self)}
