@@ -164,7 +164,21 @@ class Autocast(_Config):
     dtype: Literal["bfloat16", "float16"] = "bfloat16"
 
 
-Precision = Union[FP32, Autocast]
+@dataclass(frozen=True, kw_only=True)
+class BF16Params(_Config):
+    """bf16 weights in Linear and Conv layers, with an fp32 master copy the optimizer updates.
+
+    Each Linear/Conv computes in bf16 from bf16 weights and returns fp32, so norms, embeddings,
+    residual sums and the loss stay fp32 (the numerically sensitive parts). The optimizer steps
+    the fp32 master, so updates smaller than bf16's resolution (~0.4% of a weight) are not lost;
+    the bf16 copy is refreshed after each step. Parameter memory is 1.5x fp32's; the gain is no
+    per-forward weight cast and half the weight bytes read by each matmul. Needs native bf16
+    hardware to be fast, like autocast."""
+
+    kind: ClassVar[str] = "bf16_params"
+
+
+Precision = Union[FP32, Autocast, BF16Params]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -197,6 +211,88 @@ class OptimizerImpl(_Config):
     parameters; fused: one kernel for the whole update (where the optimizer and device support it)."""
     set_to_none: bool = True
     """``zero_grad(set_to_none=True)`` frees gradients instead of writing zeros into them."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoCheckpointing(_Config):
+    """Keep every activation for backward, as written."""
+
+    kind: ClassVar[str] = "none"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointBlocks(_Config):
+    """Activation checkpointing of ``model.blocks``: a checkpointed block keeps only its input and
+    recomputes its forward during backward. Saves ~all of the block's activations for ~one extra
+    forward of it (~20-35% step time when every block is checkpointed)."""
+
+    kind: ClassVar[str] = "blocks"
+    every: int = field(default=1, metadata=_range(1, 1024))
+    """Checkpoint blocks 0, k, 2k, ...; 1 = every block (most memory saved, most recompute)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SelectiveCheckpoint(_Config):
+    """Selective activation checkpointing of ``model.blocks``: keep matmul/attention/conv outputs
+    (expensive to recompute), recompute pointwise ops (cheap: GELU, adds, norms). Less memory saved
+    than full checkpointing, much less recompute."""
+
+    kind: ClassVar[str] = "selective"
+    every: int = field(default=1, metadata=_range(1, 1024))
+    """Apply to blocks 0, k, 2k, ...; 1 = every block."""
+
+
+Checkpointing = Union[NoCheckpointing, CheckpointBlocks, SelectiveCheckpoint]
+
+
+@dataclass(frozen=True, kw_only=True)
+class KeepSaved(_Config):
+    """Saved activations stay where and how autograd put them, as written."""
+
+    kind: ClassVar[str] = "keep"
+
+
+@dataclass(frozen=True, kw_only=True)
+class OffloadSaved(_Config):
+    """``torch.autograd.graph.save_on_cpu``: saved activations move to host memory in forward and
+    back to the GPU in backward. Frees GPU memory for PCIe traffic (CUDA only)."""
+
+    kind: ClassVar[str] = "offload"
+    pin_memory: bool = True
+    """Pinned host buffers make the copies asynchronous (faster) but pin host RAM."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompressSaved(_Config):
+    """Store floating saved activations in a 16-bit dtype and cast back in backward: half the saved
+    bytes, gradients perturbed by the 16-bit rounding (~0.4% relative per element for bf16)."""
+
+    kind: ClassVar[str] = "compress"
+    dtype: Literal["bfloat16", "float16"] = "bfloat16"
+    """bfloat16 keeps fp32's range (no overflow); float16 has 3 more mantissa bits but overflows
+    above 65504."""
+
+
+SavedTensors = Union[KeepSaved, OffloadSaved, CompressSaved]
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryFormat(_Config):
+    """Memory layout of 4-D conv weights and inputs."""
+
+    channels_last: bool = False
+    """NHWC layout: conv kernels (oneDNN, cuDNN with tensor cores) often run faster and skip layout
+    conversions. Only for models with 2-D convolutions."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class InPlace(_Config):
+    """In-place activation modules (``nn.ReLU(inplace=True)`` and kin)."""
+
+    activations: bool = False
+    """Overwrite the activation's input instead of allocating its output: one activation-sized
+    buffer less at the forward peak. Autograd's version counter raises at backward if an op needed
+    the overwritten input, so it is never silently wrong."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -261,6 +357,10 @@ class Plan(_Config):
     auto_microbatch: bool = False
     """On out-of-memory in forward/backward, double the micro-batch count (halve each micro-batch),
     clear the gradients and retry the same batch. Same gradients, more passes; errors at 1 sample."""
+    checkpointing: Checkpointing = NoCheckpointing()
+    saved_tensors: SavedTensors = KeepSaved()
+    memory_format: MemoryFormat = MemoryFormat()
+    inplace: InPlace = InPlace()
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, **_to_json(self)}
