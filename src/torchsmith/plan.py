@@ -336,6 +336,30 @@ class FSDP2(_Config):
 Parallel = Union[Single, DDP, Zero1, FSDP2]
 
 
+@dataclass(frozen=True, kw_only=True)
+class LoaderConfig(_Config):
+    """DataLoader arguments for a workload whose batches come from a loader factory
+    (``Workload.loader``). Every field None keeps the workload's value as written."""
+
+    num_workers: int | None = field(default=None, metadata=_range(0, 256))
+    """Worker processes decoding batches in parallel with the step. 0 loads in the training
+    process, in series with the step. Each worker costs a process, a copy of the dataset object
+    (not of an mmapped store's data) and a core that the trainer's threads then share."""
+    prefetch_factor: int | None = field(default=None, metadata=_range(1, 64))
+    """Batches each worker loads ahead (PyTorch's default: 2). More hides uneven decode times at
+    the cost of host memory. Ignored with 0 workers."""
+    pin_memory: bool | None = None
+    """Copy batches into page-locked memory so host-to-GPU copies can be asynchronous (CUDA
+    only; ignored on a CPU). Pins host RAM and adds a copy on the host."""
+    persistent_workers: bool | None = None
+    """Keep workers alive across epochs: saves the worker start-up (process start, dataset
+    unpickling) at each epoch, keeps their memory. Ignored with 0 workers."""
+    batch_fetch: bool | None = None
+    """Fetch a whole batch with one ``dataset[list_of_indices]`` (a batch sampler) instead of one
+    ``dataset[i]`` per sample then collate. Faster for stores with a vectorised gather
+    (``MmapDataset``); the same for per-sample decoding."""
+
+
 # --- the plan -----------------------------------------------------------------------
 
 
@@ -361,6 +385,7 @@ class Plan(_Config):
     saved_tensors: SavedTensors = KeepSaved()
     memory_format: MemoryFormat = MemoryFormat()
     inplace: InPlace = InPlace()
+    loader: LoaderConfig = LoaderConfig()
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, **_to_json(self)}
