@@ -81,6 +81,10 @@ class Workload:
     seed: int = 0
     extras: dict[str, Any] = field(default_factory=dict)
     """Free-form facts about the workload (e.g. the loader as written) for reports."""
+    loader: Callable[[Any], Iterable[Batch]] | None = None
+    """Optional ``loader(cfg: plan.LoaderConfig) -> Iterable``: rebuilds the training batches with
+    the plan's DataLoader arguments (None fields = as written), so ``plan.loader`` takes effect.
+    ``torchsmith.data.loader.make_loader`` builds one; ``batches`` stays the as-written source."""
 
     def iter_batches(self) -> Iterable[Batch]:
         """One epoch's batches."""
