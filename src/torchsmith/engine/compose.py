@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from torchsmith.debug.nan_sentinel import apply_nonfinite
+from torchsmith.debug.oom import apply_auto_microbatch
 from torchsmith.engine.parts import StepParts
 from torchsmith.plan import Plan
 from torchsmith.transforms.base import Change
@@ -29,6 +31,8 @@ def apply_plan(plan: Plan, parts: StepParts) -> list[Change]:
         lambda: apply_microbatching(parts, plan.microbatching),
         lambda: apply_compile(parts.model, plan.compile),
         lambda: apply_optimizer_impl(parts.optimizer, plan.optimizer),
+        lambda: apply_nonfinite(parts, plan.nonfinite),  # debug guards only set fields of the step
+        lambda: apply_auto_microbatch(parts, plan.auto_microbatch),
     ]
     parts.set_to_none = plan.optimizer.set_to_none
     try:

@@ -29,3 +29,7 @@ class StepParts:
     """fp16 loss scaling (CUDA)."""
     microbatches: int = 1
     set_to_none: bool = True
+    nonfinite: Any = None
+    """``Plan.nonfinite``: a ``debug.nan_sentinel.NonFiniteGuard`` checked before each optimizer step."""
+    auto_microbatch: bool = False
+    """``Plan.auto_microbatch``: on OOM, double ``microbatches`` and retry the same batch."""

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from torchsmith.debug.oom import attach_explanation, is_oom, next_microbatches
 from torchsmith.engine.compose import apply_plan
 from torchsmith.engine.parts import LossFn, StepParts
 from torchsmith.measure.timing import PhaseTimer
@@ -27,6 +28,44 @@ def train_step(parts: StepParts, batch: Any, timer: PhaseTimer | None = None) ->
     point on every step.
     """
     timer = timer or _NULL_TIMER
+    if parts.nonfinite is not None:
+        parts.nonfinite.start()  # RNG snapshot: a non-finite step is replayed op by op to name the culprit
+    loss_sum = _forward_backward(parts, batch, timer)
+    with timer.phase("optimizer"):
+        if parts.nonfinite is not None and not parts.nonfinite.step_ok(
+                parts.model, loss_sum, lambda: _accumulate(parts, batch, _NULL_TIMER), check_grads=parts.scaler is None):
+            # skip_step: the update, the optimizer state and the schedule are left untouched.
+            parts.optimizer.zero_grad(set_to_none=parts.set_to_none)
+            return loss_sum
+        if parts.scaler:
+            parts.scaler.step(parts.optimizer)
+            parts.scaler.update()
+        else:
+            parts.optimizer.step()
+        parts.optimizer.zero_grad(set_to_none=parts.set_to_none)
+        if parts.scheduler is not None:
+            parts.scheduler.step()
+    return loss_sum
+
+
+def _forward_backward(parts: StepParts, batch: Any, timer: PhaseTimer) -> torch.Tensor:
+    """``_accumulate``; on out-of-memory, explain it, or with auto_microbatch halve and retry."""
+    while True:
+        try:
+            return _accumulate(parts, batch, timer)
+        except Exception as err:
+            if not is_oom(err):
+                raise
+            if not parts.auto_microbatch:
+                attach_explanation(err, parts.model, parts.optimizer)  # a note on the same exception
+                raise
+            parts.microbatches = next_microbatches(parts.microbatches, _batch_len(batch), err)
+        # Outside the except block the failed pass's frames (and activations) are released.
+        parts.optimizer.zero_grad(set_to_none=True)  # the retry starts from clean gradients
+
+
+def _accumulate(parts: StepParts, batch: Any, timer: PhaseTimer) -> torch.Tensor:
+    """Forward and backward over the micro-batches, accumulating gradients; the summed loss."""
     micro = split_batch(batch, parts.microbatches)
     total = sum(_batch_len(m) for m in micro)
     loss_sum = torch.zeros((), device=parts.device)
@@ -42,15 +81,6 @@ def train_step(parts: StepParts, batch: Any, timer: PhaseTimer | None = None) ->
         with timer.phase("backward"):
             (parts.scaler.scale(weighted) if parts.scaler else weighted).backward()
         loss_sum += weighted.detach().float()
-    with timer.phase("optimizer"):
-        if parts.scaler:
-            parts.scaler.step(parts.optimizer)
-            parts.scaler.update()
-        else:
-            parts.optimizer.step()
-        parts.optimizer.zero_grad(set_to_none=parts.set_to_none)
-        if parts.scheduler is not None:
-            parts.scheduler.step()
     return loss_sum
 
 

@@ -1,0 +1,372 @@
+"""NaN/Inf sentinel: name the first module and op that produced a non-finite value.
+
+Two levels, so that watching costs little and finding costs only when needed:
+
+- **cheap** (every step): forward hooks put one ``isfinite(output).all()`` per module into a
+  list of device booleans; after backward, one ``_foreach_norm`` over the gradients. The
+  flags are read with **one host-device sync per step** (``check``).
+- **op-level** (only after a non-finite value was seen): the step is re-run with the same
+  inputs and RNG state under a ``TorchDispatchMode`` that checks every op's output, forward
+  and backward. Module names come from a stack kept by forward hooks; in backward, from the
+  autograd node that runs (``torch._C._current_autograd_node``), mapped back to the module
+  whose forward created it.
+
+``torch.autograd.detect_anomaly(check_nan=True)`` checks every backward node, costs more on
+every step, and names only the node; see ``benchmarks/nan_sentinel.py`` for the ratio.
+
+Example::
+
+    sentinel = NaNSentinel(model)
+    for batch in loader:
+        finding = sentinel.watch(lambda: loss_fn(model, batch).backward())
+        if finding:
+            print(finding.describe())      # module, op, pass, shapes
+            break
+        optimizer.step(); optimizer.zero_grad()
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from torchsmith.transforms.base import Change
+
+OUTSIDE = "(outside the model)"
+"""Module name reported for an op that ran outside every module, e.g. in the loss function."""
+
+
+class NonFiniteError(FloatingPointError):
+    """A training step produced NaN or Inf (``Plan.nonfinite = "raise"``)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finding:
+    """Where a non-finite value first appeared."""
+
+    module: str
+    """Qualified module name (``blocks.2.mlp.c_fc``); ``""`` is the root model."""
+    op: str | None
+    """The aten op, e.g. ``aten.addmm.default``; None when only module-level checks ran."""
+    pass_: str
+    """"forward" or "backward"."""
+    kind: str
+    """"nan", "inf" or "nan+inf"."""
+    inputs_finite: bool | None
+    """False: an input was already non-finite (the value came from elsewhere, e.g. a parameter)."""
+    input_shapes: list[list[int]] = field(default_factory=list)
+    output_shapes: list[list[int]] = field(default_factory=list)
+    autograd_node: str | None = None
+    """In backward: the autograd node that ran the op, e.g. ``MyFnBackward``."""
+    step: int | None = None
+
+    def describe(self) -> str:
+        where = self.module if self.module else "the root module"
+        op = f" in op {self.op}" if self.op else ""
+        node = f" (autograd node {self.autograd_node})" if self.autograd_node else ""
+        step = f" at step {self.step}" if self.step is not None else ""
+        inputs = {True: "its inputs were finite", False: "its inputs were already non-finite",
+                  None: "inputs not checked"}[self.inputs_finite]
+        return (f"first {self.kind.upper()} in {self.pass_}{step}: module {where}{op}{node}; "
+                f"inputs {self.input_shapes} -> outputs {self.output_shapes}; {inputs}")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["pass"] = out.pop("pass_")
+        return out
+
+
+# --- cheap checks -------------------------------------------------------------------
+
+
+def _float_tensors(obj: Any) -> list[torch.Tensor]:
+    return [t for t in tree_leaves(obj) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+
+
+def step_finite(loss: torch.Tensor, params: list[torch.Tensor]) -> torch.Tensor:
+    """A 0-d bool device tensor: the loss and the gradient norm are finite. No sync.
+
+    The norm of all gradients is non-finite exactly when some element is (or it overflows,
+    which is as bad), so one ``_foreach_norm`` covers every gradient.
+    """
+    ok = torch.isfinite(loss.detach()).all()
+    grads = [p.grad for p in params if p.grad is not None]
+    if grads:
+        norms = torch._foreach_norm(grads)  # one multi-tensor kernel, no sync
+        ok = ok & torch.isfinite(torch.stack(norms)).all()
+    return ok
+
+
+def _kind(t: torch.Tensor) -> str:
+    nan, inf = bool(torch.isnan(t).any()), bool(torch.isinf(t).any())  # sync: locate mode only
+    return "nan+inf" if nan and inf else ("nan" if nan else "inf")
+
+
+# --- op-level locate ----------------------------------------------------------------
+
+
+class _Locator(TorchDispatchMode):
+    """Checks every op's outputs; records the first non-finite one with its module."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.stack: list[str] = []
+        self.node_module: dict[Any, str] = {}  # autograd node -> module whose forward made it
+        self.param_module = {p: n.rpartition(".")[0] for n, p in model.named_parameters()}
+        self.finding: Finding | None = None
+        self.handles = []
+        for name, module in model.named_modules():
+            # prepend: the stack is pushed before user pre-hooks; appended post-hooks pop after
+            # user forward hooks, so a hook's ops count as its module's.
+            self.handles.append(module.register_forward_pre_hook(self._push(name), prepend=True))
+            self.handles.append(module.register_forward_hook(self._pop, always_call=True))
+
+    def _push(self, name: str) -> Callable:
+        def hook(module: nn.Module, args: Any) -> None:
+            self.stack.append(name)
+        return hook
+
+    def _pop(self, module: nn.Module, args: Any, output: Any) -> None:
+        name = self.stack.pop()
+        # Map the autograd nodes this module created (children mapped theirs first), stopping at
+        # its inputs' nodes and the parameters' AccumulateGrad: backward ops are attributed by node.
+        stop = {t.grad_fn for t in tree_leaves(args) if isinstance(t, torch.Tensor)}
+        todo = [t.grad_fn for t in tree_leaves(output) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+        while todo:
+            node = todo.pop()
+            if node is None or node in stop or node in self.node_module or not hasattr(node, "next_functions"):
+                continue
+            if node.name().endswith("AccumulateGrad"):
+                continue
+            self.node_module[node] = name
+            todo.extend(n for n, _ in node.next_functions)
+
+    def close(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+    def _module_now(self) -> tuple[str, str, str | None]:
+        node = torch._C._current_autograd_node()
+        if node is None:
+            return (self.stack[-1] if self.stack else OUTSIDE), "forward", None
+        module = self.node_module.get(node)
+        if module is None and hasattr(node, "variable"):  # AccumulateGrad: the parameter's module
+            module = self.param_module.get(node.variable)
+        return (OUTSIDE if module is None else module), "backward", node.name()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.finding is not None:
+            return func(*args, **kwargs)
+        ins = _float_tensors((args, kwargs))
+        inputs_finite = all(bool(torch.isfinite(t).all()) for t in ins)  # before in-place ops mutate them
+        out = func(*args, **kwargs)
+        outs = _float_tensors(out)
+        bad = [t for t in outs if not bool(torch.isfinite(t).all())]  # sync per op: locate mode only
+        if bad:
+            module, pass_, node = self._module_now()
+            self.finding = Finding(
+                module=module, op=str(func), pass_=pass_, kind=_kind(bad[0]), inputs_finite=inputs_finite,
+                input_shapes=[list(t.shape) for t in ins], output_shapes=[list(t.shape) for t in outs],
+                autograd_node=node)
+        return out
+
+
+def locate(model: nn.Module, fn: Callable[[], Any]) -> Finding | None:
+    """Run ``fn`` (forward + backward) checking every op; the first non-finite output, or None.
+
+    Slow (one sync per op): run it on the step that went wrong, with the same inputs and RNG.
+
+    Example::
+
+        finding = locate(model, lambda: loss_fn(model, batch).backward())
+    """
+    locator = _Locator(model)
+    try:
+        with locator:
+            fn()
+    finally:
+        locator.close()
+    return locator.finding
+
+
+def replay(model: nn.Module, fn: Callable[[], Any], rng: dict[str, Any]) -> Finding | None:
+    """``locate`` on a re-run of a step: same RNG state, gradients, buffers and RNG put back after."""
+    params = list(model.parameters())
+    grads = [p.grad for p in params]
+    buffers = [b.detach().clone() for b in model.buffers()]  # e.g. BatchNorm running stats
+    after = _rng_state()
+    _set_rng_state(rng)
+    for p in params:
+        p.grad = None
+    try:
+        return locate(model, fn)
+    finally:
+        for p, g in zip(params, grads):
+            p.grad = g
+        with torch.no_grad():
+            for b, saved in zip(model.buffers(), buffers):
+                b.copy_(saved)
+        _set_rng_state(after)
+
+
+def _rng_state() -> dict[str, Any]:
+    state = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["cpu"])
+    if "cuda" in state:
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# --- the sentinel for your own loop ---------------------------------------------------
+
+
+class NaNSentinel:
+    """Cheap module-level checks every step; an op-level re-run when something is non-finite.
+
+    ``watch(fn)`` runs ``fn`` (forward + backward of one step), reads the flags with one sync,
+    and if anything was non-finite re-runs ``fn`` with the same RNG state under op-level
+    checks. Call ``close()`` (or use ``with``) to remove the hooks.
+
+    Example::
+
+        with NaNSentinel(model) as sentinel:
+            finding = sentinel.watch(lambda: loss_fn(model, batch).backward())
+    """
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self.step = 0
+        self._order: list[str] = []
+        self._flags: list[torch.Tensor] = []
+        self._last_out: int | None = None
+        self._handles = [m.register_forward_hook(self._check_output(n)) for n, m in model.named_modules()]
+
+    def _check_output(self, name: str) -> Callable:
+        def hook(module: nn.Module, args: Any, output: Any) -> None:
+            outs = _float_tensors(output)
+            if not outs or id(outs[0]) == self._last_out:  # a container returning its child's output
+                return
+            self._last_out = id(outs[0])
+            self._order.append(name)
+            self._flags.append(torch.stack([torch.isfinite(t).all() for t in outs]).all())  # no sync
+        return hook
+
+    def check(self, loss: torch.Tensor | None = None) -> Finding | None:
+        """Read this step's flags (one sync) and reset them; a module-level Finding, or None."""
+        params = list(self.model.parameters())
+        flags = self._flags + [step_finite(loss if loss is not None else torch.zeros(()), params)]
+        values = torch.stack([f.to(flags[-1].device) for f in flags]).tolist()  # the one sync
+        order, self._order, self._flags, self._last_out = self._order, [], [], None
+        self.step += 1
+        if all(values):
+            return None
+        for name, ok in zip(order, values):
+            if not ok:
+                return Finding(module=name, op=None, pass_="forward", kind="nan/inf", inputs_finite=None,
+                               step=self.step)
+        bad = [n for n, p in self.model.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all()]
+        module = bad[0].rpartition(".")[0] if bad else OUTSIDE
+        return Finding(module=module, op=None, pass_="backward" if bad else "forward", kind="nan/inf",
+                       inputs_finite=None, step=self.step)
+
+    def watch(self, fn: Callable[[], Any]) -> Finding | None:
+        """Run one step's forward+backward ``fn``; on a non-finite value, the op-level Finding."""
+        rng = _rng_state()
+        out = fn()
+        found = self.check(out if isinstance(out, torch.Tensor) else None)
+        if found is None:
+            return None
+        self._pause()
+        try:
+            exact = replay(self.model, fn, rng)
+        finally:
+            self._resume()
+        if exact is None:  # not reproduced: keep the module-level answer
+            return found
+        return Finding(**{**exact.__dict__, "step": found.step})
+
+    def _pause(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+
+    def _resume(self) -> None:
+        self._flags, self._order, self._last_out = [], [], None
+        self._handles = [m.register_forward_hook(self._check_output(n)) for n, m in self.model.named_modules()]
+
+    def close(self) -> None:
+        self._pause()
+
+    def __enter__(self) -> "NaNSentinel":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# --- engine integration: Plan.nonfinite ---------------------------------------------------
+
+
+class NonFiniteGuard:
+    """``Plan.nonfinite``: one finiteness check of loss and gradient norm per step (one sync).
+
+    On a bad step it replays the step op by op to name the culprit, then raises, skips the
+    optimizer step, or warns, as configured. ``findings`` keeps what was found.
+    """
+
+    def __init__(self, mode: str):
+        self.mode = mode
+        self.step = 0
+        self.skipped = 0
+        self.findings: list[Finding] = []
+        self._rng: dict[str, Any] | None = None
+
+    def start(self) -> None:
+        """Snapshot the RNG before the step, so a bad step replays with the same dropout masks."""
+        self.step += 1
+        self._rng = _rng_state()
+
+    def step_ok(self, model: nn.Module, loss: torch.Tensor, replay_step: Callable[[], Any],
+                check_grads: bool = True) -> bool:
+        """True: take the optimizer step. The ``bool()`` is this step's one host-device sync."""
+        params = list(model.parameters()) if check_grads else []
+        if bool(step_finite(loss, params)):
+            return True
+        found = replay(model, replay_step, self._rng) if self._rng is not None else None
+        found = Finding(**{**found.__dict__, "step": self.step}) if found else Finding(
+            module=OUTSIDE, op=None, pass_="forward", kind="nan/inf", inputs_finite=None, step=self.step)
+        self.findings.append(found)
+        if self.mode == "raise":
+            raise NonFiniteError(
+                f"{found.describe()}.\nTip: look at that op's inputs; for an overflow lower the learning "
+                "rate or clip gradients; set Plan.nonfinite='skip_step' to skip such steps instead.")
+        warnings.warn(f"non-finite step: {found.describe()}"
+                      + ("; optimizer step skipped" if self.mode == "skip_step" else ""), RuntimeWarning, stacklevel=3)
+        if self.mode == "skip_step":
+            self.skipped += 1
+            return False
+        return True
+
+
+def apply_nonfinite(parts: Any, mode: str | None) -> Change:
+    """Install ``Plan.nonfinite`` on the step parts (None: no check, the as-written step)."""
+    change = Change("nonfinite", "no finiteness check, as written")
+    if mode is None:
+        return change
+    before = parts.nonfinite
+    parts.nonfinite = NonFiniteGuard(mode)
+    change.summary = f"loss and gradient norm checked each step (one sync); non-finite -> {mode}"
+    change.on_revert(lambda: setattr(parts, "nonfinite", before))
+    return change

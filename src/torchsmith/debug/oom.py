@@ -1,0 +1,252 @@
+"""Out-of-memory explainer, and the engine's automatic micro-batch halving.
+
+At an OOM the memory is held by four things: parameters, gradients, optimizer state and
+activations saved for backward. ``explain`` measures each at the failure, lists the largest
+live tensors, and ranks the fixes by estimated saving. ``torch.cuda.empty_cache()`` is not
+one of them: it only returns cached, unused blocks to the driver.
+
+Example::
+
+    with torchsmith.explain_oom(model, optimizer) as oom:
+        loss_fn(model, batch).backward()
+    # on OOM the original exception is re-raised with the explanation as a note;
+    # oom.report holds it as data
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import re
+import warnings
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+
+from torchsmith.transforms.base import Change
+
+EMPTY_CACHE_NOTE = ("torch.cuda.empty_cache() does not help here: it only returns cached, unused blocks to "
+                    "the driver and cannot free memory that live tensors (parameters, gradients, optimizer "
+                    "state, activations saved for backward) hold.")
+
+
+class OOMError(RuntimeError):
+    """Out of memory even at one sample per micro-batch (``Plan.auto_microbatch``)."""
+
+
+def is_oom(err: BaseException) -> bool:
+    """True for CUDA ``OutOfMemoryError``, a CPU allocator failure, or ``MemoryError``."""
+    if isinstance(err, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    msg = str(err)
+    return isinstance(err, RuntimeError) and (
+        ("DefaultCPUAllocator" in msg and "allocate" in msg) or "out of memory" in msg.lower())
+
+
+def _requested_bytes(err: BaseException) -> int | None:
+    msg = str(err)
+    m = re.search(r"allocate (\d+) bytes", msg)  # CPU: "you tried to allocate 1073741824 bytes"
+    if m:
+        return int(m.group(1))
+    m = re.search(r"allocate ([\d.]+) (B|KiB|MiB|GiB|TiB)", msg)  # CUDA: "Tried to allocate 2.00 GiB"
+    if m:
+        scale = {"B": 0, "KiB": 1, "MiB": 2, "GiB": 3, "TiB": 4}[m.group(2)]
+        return int(float(m.group(1)) * 1024 ** scale)
+    return None
+
+
+# --- auto micro-batching (Plan.auto_microbatch) ---------------------------------------
+
+
+def next_microbatches(count: int, batch_len: int, err: BaseException) -> int:
+    """The micro-batch count to retry with after an OOM: twice as many, so each is half as big.
+
+    Raises :class:`OOMError` when every micro-batch is already one sample.
+    """
+    size = -(-batch_len // count)  # ceil
+    if size <= 1:
+        raise OOMError(
+            f"out of memory at micro-batch size 1 ({count} micro-batches of a {batch_len}-sample batch): "
+            f"halving cannot go further. The failure was: {str(err).strip().splitlines()[0][:200]}\n"
+            "Tip: cut activation memory another way (activation checkpointing, bf16 autocast, saved-tensor "
+            "compression), or shrink the model or sequence length; `torchsmith.explain_oom` ranks the fixes."
+        ) from err
+    new = min(batch_len, count * 2)
+    warnings.warn(f"auto_microbatch: out of memory with {count} micro-batch(es) of {size} samples; "
+                  f"retrying the same batch with {new} micro-batches.", RuntimeWarning, stacklevel=3)
+    return new
+
+
+def apply_auto_microbatch(parts: Any, enabled: bool) -> Change:
+    """Install ``Plan.auto_microbatch`` on the step parts."""
+    change = Change("auto_microbatch", "out-of-memory errors pass through, as written")
+    if not enabled:
+        return change
+    parts.auto_microbatch = True
+    change.summary = "on out-of-memory, halve the micro-batch and retry the batch"
+    change.on_revert(lambda: setattr(parts, "auto_microbatch", False))
+    return change
+
+
+# --- the explainer ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LiveTensor:
+    what: str
+    """'param blocks.0.attn.c_attn.weight', 'grad ...', 'optimizer exp_avg of ...' or 'activation'."""
+    shape: list[int]
+    dtype: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Fix:
+    name: str
+    saving_bytes: int
+    """Estimated bytes freed at the failure point."""
+    how: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class OOMReport:
+    device: str
+    error: str
+    requested_bytes: int | None
+    params: int
+    grads: int
+    optimizer_state: int
+    activations: int
+    """Tensors saved for backward plus live intermediates, found from the failing frames."""
+    allocated: int | None
+    """Allocator's total at the failure (CUDA); None on CPU."""
+    largest: list[LiveTensor] = field(default_factory=list)
+    fixes: list[Fix] = field(default_factory=list)
+    note: str = EMPTY_CACHE_NOTE
+
+    def describe(self) -> str:
+        gib = lambda n: f"{n / 2**30:.2f} GiB" if n >= 2**28 else f"{n / 2**20:.1f} MiB"  # noqa: E731
+        lines = [f"torchsmith OOM explanation ({self.device}"
+                 + (f", tried to allocate {gib(self.requested_bytes)}" if self.requested_bytes else "") + "):",
+                 f"  parameters {gib(self.params)}, gradients {gib(self.grads)}, optimizer state "
+                 f"{gib(self.optimizer_state)}, activations {gib(self.activations)}"]
+        lines += [f"  largest: {t.what} {tuple(t.shape)} {t.dtype} {gib(t.bytes)}" for t in self.largest[:5]]
+        lines += [f"  fix {i}: {f.name}, saves ~{gib(f.saving_bytes)}: {f.how}" for i, f in enumerate(self.fixes, 1)]
+        return "\n".join(lines + ["  " + self.note])
+
+
+def _frames(tb: TracebackType | None) -> Iterator[Any]:
+    while tb is not None:
+        yield tb.tb_frame
+        tb = tb.tb_next
+
+
+def _saved_tensors(roots: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Tensors autograd saved for backward, reached from ``roots`` through the graph."""
+    out, seen, todo = [], set(), [t.grad_fn for t in roots if t.grad_fn is not None]
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        for attr in dir(node):
+            if attr.startswith("_saved_"):
+                with contextlib.suppress(Exception):
+                    value = getattr(node, attr)
+                    out += [v for v in (value if isinstance(value, (list, tuple)) else [value])
+                            if isinstance(v, torch.Tensor)]
+        todo.extend(n for n, _ in getattr(node, "next_functions", ()))
+    return out
+
+
+def explain(err: BaseException, model: nn.Module | None = None,
+            optimizer: torch.optim.Optimizer | None = None) -> OOMReport:
+    """Measure what held memory when ``err`` (an OOM) was raised; rank the fixes.
+
+    Call it inside the ``except`` block: the failing frames, and the activations they hold,
+    are still alive there.
+    """
+    from torchsmith.measure.memory import memory_split
+
+    split = memory_split(model, optimizer) if model is not None else None
+    names: dict[int, str] = {}
+    if model is not None:
+        for n, p in model.named_parameters():
+            names[p.untyped_storage()._cdata] = f"param {n}"
+            if p.grad is not None:
+                names[p.grad.untyped_storage()._cdata] = f"grad {n}"
+            for k, v in (optimizer.state.get(p, {}) if optimizer is not None else {}).items():
+                if isinstance(v, torch.Tensor):
+                    names[v.untyped_storage()._cdata] = f"optimizer {k} of {n}"
+    frame_tensors = [v for f in _frames(err.__traceback__) for v in f.f_locals.values() if isinstance(v, torch.Tensor)]
+    live: dict[int, LiveTensor] = {}
+    for t in frame_tensors + _saved_tensors(frame_tensors) + [o for o in gc.get_objects() if isinstance(o, torch.Tensor)]:
+        key = t.untyped_storage()._cdata
+        if key not in live:
+            live[key] = LiveTensor(names.get(key, "activation"), list(t.shape), str(t.dtype).removeprefix("torch."),
+                                   t.untyped_storage().nbytes())
+    acts = sum(t.bytes for t in live.values() if t.what == "activation")
+    device = next((p.device for p in model.parameters()), torch.device("cpu")) if model is not None else torch.device("cpu")
+    allocated = torch.cuda.memory_allocated(device) if device.type == "cuda" else None
+    if allocated is not None and split is not None:
+        acts = max(acts, allocated - split.total)  # the allocator sees what the frames do not
+    return OOMReport(
+        device=str(device), error=str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__,
+        requested_bytes=_requested_bytes(err), params=split.params if split else 0, grads=split.grads if split else 0,
+        optimizer_state=split.optimizer_state if split else 0, activations=acts, allocated=allocated,
+        largest=sorted(live.values(), key=lambda t: -t.bytes)[:10], fixes=_fixes(model, acts))
+
+
+def _fixes(model: nn.Module | None, acts: int) -> list[Fix]:
+    blocks = max((len(m) for m in model.modules() if isinstance(m, nn.ModuleList)), default=0) if model else 0
+    kept = 1 / blocks if blocks > 1 else 0.5  # checkpointing keeps each block's input only
+    fixes = [
+        Fix("micro-batching x2", acts // 2, "Plan(microbatching=MicroBatching(count=2)) or auto_microbatch=True: "
+            "half the samples per pass, same gradients"),
+        Fix("activation checkpointing", int(acts * (1 - kept)),
+            f"recompute {'each of the ' + str(blocks) + ' blocks' if blocks > 1 else 'the model'} in backward "
+            "(~20-35% more step time)"),
+        Fix("saved-tensor compression", acts // 2, "store tensors saved for backward in bf16 "
+            "(torch.autograd.graph.saved_tensors_hooks)"),
+        Fix("bf16 autocast", acts // 2, "Plan(precision=Autocast(dtype='bfloat16')): 16-bit activations "
+            "(fast only with native bf16 hardware)"),
+    ]
+    return sorted(fixes, key=lambda f: -f.saving_bytes)
+
+
+class explain_oom(contextlib.AbstractContextManager):  # noqa: N801 - used as a function
+    """Context manager: on OOM, re-raise the same exception with an explanation note attached.
+
+    ``.report`` then holds the :class:`OOMReport`. Other errors pass through untouched.
+
+    Example::
+
+        with torchsmith.explain_oom(model, optimizer) as oom:
+            step(batch)
+    """
+
+    def __init__(self, model: nn.Module | None = None, optimizer: torch.optim.Optimizer | None = None):
+        self.model, self.optimizer = model, optimizer
+        self.report: OOMReport | None = None
+
+    def __exit__(self, exc_type, err, tb) -> bool:
+        if err is not None and is_oom(err):
+            attach_explanation(err, self.model, self.optimizer)
+            self.report = getattr(err, "torchsmith_oom", None)
+        return False
+
+
+def attach_explanation(err: BaseException, model: nn.Module | None, optimizer: Any) -> None:
+    """Add the OOM explanation to ``err`` as a note (keeps its type), once; the engine's hook."""
+    if getattr(err, "torchsmith_oom", None) is not None:
+        return
+    try:
+        report = explain(err, model, optimizer)
+    except Exception as inner:  # never hide the OOM behind a failure of the explainer
+        err.add_note(f"(torchsmith could not explain this OOM: {inner!r})")
+        return
+    err.torchsmith_oom = report
+    err.add_note(report.describe())
