@@ -307,9 +307,10 @@ class DDP(_Config):
     """``DistributedDataParallel``: full replica per rank, gradients all-reduced in buckets during backward."""
 
     kind: ClassVar[str] = "ddp"
-    comm_hook: Literal["bf16"] | None = None
-    """``"bf16"`` compresses gradients to bfloat16 for the all-reduce: half the bytes on the wire,
-    ~3 significant digits per gradient element. None all-reduces in the parameters' dtype."""
+    comm_hook: Literal["bf16", "fp16"] | None = None
+    """Compress gradients to 16 bits for the all-reduce: half the bytes on the wire. ``"bf16"``
+    keeps fp32's range with ~3 significant digits (NCCL only); ``"fp16"`` keeps ~3.3 digits but
+    can overflow above 65504 (works on gloo too). None all-reduces in the parameters' dtype."""
     bucket_cap_mb: int = field(default=25, metadata=_range(1, 1024))
     """MiB of gradients per all-reduce bucket. Larger buckets: fewer, bigger collectives (less
     latency per byte) but later overlap with backward."""
