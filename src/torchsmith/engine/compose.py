@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from torchsmith.debug.nan_sentinel import apply_nonfinite
 from torchsmith.debug.oom import apply_auto_microbatch
+from torchsmith.dist.strategy import apply_parallel
 from torchsmith.engine.parts import StepParts
 from torchsmith.plan import Plan
 from torchsmith.transforms.base import Change
@@ -22,7 +23,9 @@ def apply_plan(plan: Plan, parts: StepParts) -> list[Change]:
     2. precision and micro-batching only set fields of the step, so they commute;
     3. compile last among model transforms: it must trace the final module structure
        (memory layout and activation checkpointing change what is traced);
-    4. the optimizer implementation is independent of the model's structure.
+    4. the optimizer implementation is independent of the model's structure;
+    5. the distributed wrap (DDP, ZeRO-1, FSDP2) last: it hooks the final module (after
+       compile) and ZeRO-1 replaces the optimizer configured in 4.
     """
     changes: list[Change] = []
     steps = [
@@ -33,6 +36,7 @@ def apply_plan(plan: Plan, parts: StepParts) -> list[Change]:
         lambda: apply_optimizer_impl(parts.optimizer, plan.optimizer),
         lambda: apply_nonfinite(parts, plan.nonfinite),  # debug guards only set fields of the step
         lambda: apply_auto_microbatch(parts, plan.auto_microbatch),
+        lambda: apply_parallel(parts, plan.parallel),
     ]
     parts.set_to_none = plan.optimizer.set_to_none
     try:

@@ -29,6 +29,8 @@ class StepParts:
     """fp16 loss scaling (CUDA)."""
     microbatches: int = 1
     set_to_none: bool = True
+    no_sync: Callable[[], ContextManager] = nullcontext
+    """Entered around forward and backward of all but the last micro-batch (DDP ``no_sync``)."""
     nonfinite: Any = None
     """``Plan.nonfinite``: a ``debug.nan_sentinel.NonFiniteGuard`` checked before each optimizer step."""
     auto_microbatch: bool = False

@@ -7,7 +7,7 @@ the model and optimizer in place, in the fixed order of ``apply_plan``.
 
 from __future__ import annotations
 
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from typing import Any
 
 import torch
@@ -69,8 +69,12 @@ def _accumulate(parts: StepParts, batch: Any, timer: PhaseTimer) -> torch.Tensor
     micro = split_batch(batch, parts.microbatches)
     total = sum(_batch_len(m) for m in micro)
     loss_sum = torch.zeros((), device=parts.device)
-    for mb in micro:
+    for i, mb in enumerate(micro):
+        # All but the last micro-batch keep their gradients local (DDP/FSDP2 no_sync), so the
+        # distributed wrap communicates once per optimizer step, not once per micro-batch.
+        sync = parts.no_sync if i < len(micro) - 1 else nullcontext
         with timer.phase("forward"), ExitStack() as stack:
+            stack.enter_context(sync())
             stack.enter_context(parts.autocast())
             for ctx in parts.forward_contexts:
                 stack.enter_context(ctx())
@@ -78,7 +82,7 @@ def _accumulate(parts: StepParts, batch: Any, timer: PhaseTimer) -> torch.Tensor
             # Weight each micro-batch's mean loss by its share, so accumulated gradients
             # equal the full batch's.
             weighted = loss * (_batch_len(mb) / total) if len(micro) > 1 else loss
-        with timer.phase("backward"):
+        with timer.phase("backward"), sync():
             (parts.scaler.scale(weighted) if parts.scaler else weighted).backward()
         loss_sum += weighted.detach().float()
     return loss_sum

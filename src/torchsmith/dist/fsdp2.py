@@ -1,0 +1,67 @@
+"""FSDP2: ``fully_shard`` each block, then the root. Parameters, gradients and optimizer state
+are sharded over the ranks; each block's parameters are all-gathered just before its forward
+(and again before its backward when resharded) and its gradients reduce-scattered after.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager, nullcontext
+
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+
+from torchsmith.engine.parts import StepParts
+from torchsmith.plan import FSDP2
+from torchsmith.transforms.base import Change, TransformError, mark_applied
+
+
+def apply_fsdp2(parts: StepParts, cfg: FSDP2) -> Change:
+    """Shard ``parts.model`` in place: one FSDP unit per ``model.blocks[i]``, plus the root.
+
+    ``fully_shard`` replaces every parameter by a sharded DTensor parameter, so the
+    optimizer's param groups are pointed at the new parameters (its state is still empty).
+    Reverting restores the step's hooks but not the parameter layout: build a fresh model.
+
+    >>> change = apply_fsdp2(parts, FSDP2())   # doctest: +SKIP
+    """
+    model, optimizer = parts.model, parts.optimizer
+    if optimizer.state:
+        raise TransformError(
+            f"FSDP2 must shard the parameters before the optimizer's first step, but it already holds "
+            f"state for {len(optimizer.state)} parameters.\nTip: apply the plan to a fresh optimizer."
+        )
+    change = Change("parallel", "fsdp2")
+    mark_applied(model, "parallel", change)
+    mesh = init_device_mesh(parts.device.type, (dist.get_world_size(),))
+    before = dict(model.named_parameters())
+    blocks = getattr(model, "blocks", None)
+    units = list(blocks) if isinstance(blocks, (nn.ModuleList, nn.Sequential)) else []
+    for block in units:
+        fully_shard(block, mesh=mesh, reshard_after_forward=cfg.reshard_after_forward)
+    # The root unit holds what is left (embeddings, head); it is gathered for the whole step anyway.
+    fully_shard(model, mesh=mesh, reshard_after_forward=cfg.reshard_after_forward)
+    after = dict(model.named_parameters())
+    new_for_old = {id(before[name]): after[name] for name in before}
+    for group in optimizer.param_groups:
+        group["params"] = [new_for_old[id(p)] for p in group["params"]]
+    parts.no_sync = _no_gradient_sync(model)
+    change.on_revert(lambda: setattr(parts, "no_sync", nullcontext))
+    change.targets += [f"blocks.{i}" for i in range(len(units))] + [type(model).__name__]
+    change.summary = (f"FSDP2 over {dist.get_world_size()} ranks: {len(units)} blocks + root"
+                      f"{', resharded after forward' if cfg.reshard_after_forward else ''}")
+    return change
+
+
+def _no_gradient_sync(model: nn.Module):
+    @contextmanager
+    def no_sync():
+        # Gradients accumulate unsharded on each rank; the last micro-batch reduce-scatters them.
+        model.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            model.set_requires_gradient_sync(True)
+
+    return no_sync

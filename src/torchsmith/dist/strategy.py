@@ -1,0 +1,53 @@
+"""Pick the distributed wrap from ``Plan.parallel``: Single, DDP, ZeRO-1 or FSDP2.
+
+This is the last model transform of ``apply_plan``: DDP and FSDP install hooks on the final
+module structure (after activation checkpointing and compile), and ZeRO-1 replaces the
+optimizer that the optimizer-implementation transform configured.
+"""
+
+from __future__ import annotations
+
+import torch.distributed as dist
+
+from torchsmith.dist.ddp import apply_ddp
+from torchsmith.dist.fsdp2 import apply_fsdp2
+from torchsmith.dist.zero1 import apply_zero1
+from torchsmith.engine.parts import StepParts
+from torchsmith.plan import DDP, FSDP2, Parallel, Single, Zero1
+from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo, register
+
+
+def apply_parallel(parts: StepParts, cfg: Parallel) -> Change:
+    """Apply the distributed strategy ``cfg``; ``Single()`` changes nothing.
+
+    >>> apply_parallel(parts, Single()).summary   # doctest: +SKIP
+    'one process'
+    """
+    if isinstance(cfg, Single):
+        return Change("parallel", "one process")
+    if not (dist.is_available() and dist.is_initialized()):
+        raise TransformError(
+            f"parallel={cfg.kind} needs a process group, and this process is not part of one.\n"
+            "Tip: start it with `torchsmith launch --nproc-per-node 2 -- run ...` (torchrun underneath)."
+        )
+    if isinstance(cfg, DDP):
+        return apply_ddp(parts, cfg)
+    if isinstance(cfg, Zero1):
+        return apply_zero1(parts, cfg)
+    if isinstance(cfg, FSDP2):
+        return apply_fsdp2(parts, cfg)
+    raise TransformError(f"unknown parallel strategy {cfg!r}")
+
+
+def _candidates(device: DeviceInfo) -> list:
+    # The strategy is chosen at launch (it needs several processes); tune searches one process.
+    return []
+
+
+register(TransformInfo(
+    name="parallel",
+    plan_field="parallel",
+    summary="Distributed data parallelism: DDP, ZeRO-1 or FSDP2 (under torchsmith launch).",
+    devices=frozenset({"cpu", "cuda"}),
+    candidates=_candidates,
+))

@@ -1,0 +1,66 @@
+"""ZeRO stage 1: DDP for the gradients, ``ZeroRedundancyOptimizer`` to shard the optimizer state.
+
+Each rank keeps the optimizer state (Adam's two moments) of ~1/world of the parameters,
+updates only those, then broadcasts them to the other ranks. Optimizer-state memory per
+rank falls by ~world; communication per step rises by one broadcast of the parameters.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.distributed.optim import ZeroRedundancyOptimizer
+
+from torchsmith.dist.ddp import apply_ddp
+from torchsmith.engine.parts import StepParts
+from torchsmith.plan import DDP, Zero1
+from torchsmith.transforms.base import Change, TransformError
+
+
+def apply_zero1(parts: StepParts, cfg: Zero1) -> Change:
+    """Wrap the model in DDP and replace ``parts.optimizer`` by a ZeRO-1 optimizer of the same class.
+
+    The scheduler, if any, is pointed at the new optimizer: ZeRO keeps the global param
+    groups and copies their learning rates into its local optimizer at every step.
+
+    >>> change = apply_zero1(parts, Zero1())   # doctest: +SKIP
+    """
+    old = parts.optimizer
+    if old.state:
+        raise TransformError(
+            f"ZeRO-1 must replace the optimizer before its first step, but {type(old).__name__} already "
+            f"holds state for {len(old.state)} parameters.\nTip: apply the plan to a fresh optimizer."
+        )
+    change = apply_ddp(parts, DDP())
+    change.summary = change.summary.replace("DDP", "ZeRO-1 (DDP gradients, sharded optimizer state)", 1)
+    groups = [dict(g) for g in old.param_groups]  # params + per-group hyperparameters
+    zero = ZeroRedundancyOptimizer(groups[0]["params"], optimizer_class=type(old),
+                                   **{k: v for k, v in groups[0].items() if k != "params"})
+    for group in groups[1:]:
+        zero.add_param_group(group)
+    parts.optimizer = zero
+    if parts.scheduler is not None:
+        parts.scheduler.optimizer = zero
+
+    def revert() -> None:
+        parts.optimizer = old
+        if parts.scheduler is not None:
+            parts.scheduler.optimizer = old
+
+    change.on_revert(revert)
+    return change
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of tensors held in this rank's optimizer state (ZeRO: only the local shard's).
+
+    >>> opt = torch.optim.Adam(torch.nn.Linear(4, 4).parameters()); optimizer_state_bytes(opt)
+    0
+    """
+    local = optimizer.optim if isinstance(optimizer, ZeroRedundancyOptimizer) else optimizer
+    total = 0
+    for state in local.state.values():
+        for value in state.values():
+            if isinstance(value, torch.Tensor):
+                value = value.to_local() if hasattr(value, "to_local") else value  # FSDP2: the local shard
+                total += value.numel() * value.element_size()
+    return total
