@@ -8,10 +8,14 @@ from torchsmith.dist.strategy import apply_parallel
 from torchsmith.engine.parts import StepParts
 from torchsmith.plan import Plan
 from torchsmith.transforms.base import Change
+from torchsmith.transforms.checkpointing import apply_checkpointing
 from torchsmith.transforms.compile import apply_compile
+from torchsmith.transforms.inplace import apply_inplace
+from torchsmith.transforms.memory_format import apply_memory_format
 from torchsmith.transforms.microbatching import apply_microbatching
 from torchsmith.transforms.optimizer_impl import apply_optimizer_impl
 from torchsmith.transforms.precision import apply_precision
+from torchsmith.transforms.saved_tensors import apply_saved_tensors
 from torchsmith.transforms.threads import apply_threads
 
 
@@ -20,19 +24,29 @@ def apply_plan(plan: Plan, parts: StepParts) -> list[Change]:
 
     The order matters:
     1. threads first: every later op, compilation included, runs on the chosen pools;
-    2. precision and micro-batching only set fields of the step, so they commute;
-    3. compile last among model transforms: it must trace the final module structure
-       (memory layout and activation checkpointing change what is traced);
-    4. the optimizer implementation is independent of the model's structure;
-    5. the distributed wrap (DDP, ZeRO-1, FSDP2) last: it hooks the final module (after
-       compile) and ZeRO-1 replaces the optimizer configured in 4.
+    2. memory layout -> in-place activations -> activation checkpointing -> saved-tensor policy:
+       the layout goes before anything copies weights (bf16 parameters inherit channels_last);
+       in-place safety is proven on an fx trace of the model as written, which checkpointing's
+       patched forwards would hide; saved-tensor hooks do not nest, so inside a checkpointed
+       block checkpointing's own hooks win and the policy covers the rest of the model;
+    3. precision and micro-batching set fields of the step (bf16 parameters also swap the
+       Linear/Conv weights for bf16 copies and hook their forwards); they commute;
+    4. compile last among model transforms: it must trace the final module structure
+       (layout, checkpointed forwards, precision hooks); its eager fallback joins parts.recover;
+    5. the optimizer implementation is independent of the model's structure;
+    6. the distributed wrap (DDP, ZeRO-1, FSDP2) last: it hooks the final module (after
+       compile) and ZeRO-1 replaces the optimizer configured in 5.
     """
     changes: list[Change] = []
     steps = [
         lambda: apply_threads(plan.threads),
+        lambda: apply_memory_format(parts.model, plan.memory_format),
+        lambda: apply_inplace(parts.model, plan.inplace),
+        lambda: apply_checkpointing(parts.model, plan.checkpointing),
+        lambda: apply_saved_tensors(parts, plan.saved_tensors),
         lambda: apply_precision(parts, plan.precision),
         lambda: apply_microbatching(parts, plan.microbatching),
-        lambda: apply_compile(parts.model, plan.compile),
+        lambda: apply_compile(parts.model, plan.compile, recover=parts.recover),
         lambda: apply_optimizer_impl(parts.optimizer, plan.optimizer),
         lambda: apply_nonfinite(parts, plan.nonfinite),  # debug guards only set fields of the step
         lambda: apply_auto_microbatch(parts, plan.auto_microbatch),

@@ -35,3 +35,6 @@ class StepParts:
     """``Plan.nonfinite``: a ``debug.nan_sentinel.NonFiniteGuard`` checked before each optimizer step."""
     auto_microbatch: bool = False
     """``Plan.auto_microbatch``: on OOM, double ``microbatches`` and retry the same batch."""
+    recover: list[Callable[[BaseException], bool]] = field(default_factory=list)
+    """Handlers for an error in forward/backward; one returning True has fixed the cause (compile
+    reverted to eager), and the batch is re-run from cleared gradients."""

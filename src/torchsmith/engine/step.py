@@ -54,6 +54,9 @@ def _forward_backward(parts: StepParts, batch: Any, timer: PhaseTimer) -> torch.
         try:
             return _accumulate(parts, batch, timer)
         except Exception as err:
+            if any(handler(err) for handler in parts.recover):
+                parts.optimizer.zero_grad(set_to_none=True)  # e.g. compile fell back to eager: re-run
+                continue
             if not is_oom(err):
                 raise
             if not parts.auto_microbatch:

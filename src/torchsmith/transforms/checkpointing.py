@@ -1,0 +1,124 @@
+"""Activation checkpointing of ``model.blocks``: full, every k-th block, or selective.
+
+A checkpointed block keeps only its input for backward and runs its forward again during
+backward to rebuild what it needs. The selective variant keeps the outputs of matmuls,
+attention and convolutions (costly to recompute) and recomputes only pointwise ops (GELU,
+adds, layer norms), via ``torch.utils.checkpoint.create_selective_checkpoint_contexts``.
+
+The block's ``forward`` is shadowed by an instance attribute that calls
+``checkpoint(original_forward, ..., use_reentrant=False)``; no module is wrapped or
+renamed, so ``state_dict`` keys, parameters and ``named_modules`` stay exactly as they
+were, and revert deletes the attribute.
+
+Example::
+
+    change = apply_checkpointing(model, CheckpointBlocks(every=1))   # every block
+    loss_fn(model, batch).backward()                                  # recomputes in backward
+    change.revert()
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+
+from torchsmith.plan import CheckpointBlocks, Checkpointing, NoCheckpointing, SelectiveCheckpoint
+from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo, mark_applied, register
+
+_aten = torch.ops.aten
+# Outputs worth keeping under selective checkpointing: each costs O(n^3)-ish FLOPs to recompute,
+# while what they feed (bias adds, GELU, residual adds, norms) is memory-bound and cheap.
+SAVE_OPS = frozenset(
+    op
+    for name in (
+        "mm", "addmm", "bmm", "baddbmm", "convolution",
+        "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+    )
+    if hasattr(_aten, name)
+    for op in [getattr(_aten, name).default]
+)
+
+
+def _selective_policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
+    return CheckpointPolicy.MUST_SAVE if op in SAVE_OPS else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def _selective_context() -> tuple[Any, Any]:
+    return create_selective_checkpoint_contexts(_selective_policy)
+
+
+def _checkpointed(forward: Callable[..., Any], context_fn: Callable[[], Any] | None) -> Callable[..., Any]:
+    extra = {"context_fn": context_fn} if context_fn is not None else {}
+
+    @functools.wraps(forward)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        if not torch.is_grad_enabled():
+            return forward(*args, **kwargs)  # evaluation: nothing is saved, nothing to recompute
+        # use_reentrant=False: supports kwargs, inputs without requires_grad and torch.compile,
+        # and is the variant PyTorch recommends.
+        return checkpoint(forward, *args, use_reentrant=False, **extra, **kwargs)
+
+    run._torchsmith_checkpointed = True  # type: ignore[attr-defined]
+    return run
+
+
+def find_blocks(model: nn.Module, what: str) -> nn.Module:
+    """``model.blocks`` as a non-empty ModuleList/Sequential, or a TransformError saying what to do."""
+    blocks = getattr(model, "blocks", None)
+    if not isinstance(blocks, (nn.ModuleList, nn.Sequential)) or len(blocks) == 0:
+        found = type(blocks).__name__ if blocks is not None else "no `blocks` attribute"
+        raise TransformError(
+            f"{what} needs the model's repeated blocks at `model.blocks` (a non-empty nn.ModuleList or "
+            f"nn.Sequential); {type(model).__name__} has {found}.\n"
+            "Tip: keep your repeated layers in `self.blocks = nn.ModuleList(...)`, or leave this knob off "
+            "(micro-batching also cuts activation memory, without a model layout)."
+        )
+    return blocks
+
+
+def apply_checkpointing(model: nn.Module, cfg: Checkpointing) -> Change:
+    """Checkpoint blocks ``0, k, 2k, ...`` of ``model.blocks`` in place.
+
+    >>> change = apply_checkpointing(gpt, SelectiveCheckpoint(every=2))  # doctest: +SKIP
+    >>> change.targets                                                   # doctest: +SKIP
+    ['blocks.0', 'blocks.2']
+    """
+    change = Change("checkpointing", "every activation kept, as written")
+    if isinstance(cfg, NoCheckpointing):
+        return change
+    blocks = find_blocks(model, "activation checkpointing")
+    mark_applied(model, "checkpointing", change)
+    context_fn = _selective_context if isinstance(cfg, SelectiveCheckpoint) else None
+    for i in range(0, len(blocks), cfg.every):
+        block = blocks[i]
+        if "forward" in block.__dict__:
+            change.revert()
+            raise TransformError(
+                f"blocks.{i} already has an instance-level forward ({block.__dict__['forward']!r}), "
+                "set by another tool; checkpointing it again would wrap twice.\n"
+                "Tip: remove that wrapper first, or leave checkpointing off."
+            )
+        block.forward = _checkpointed(type(block).forward.__get__(block), context_fn)
+        change.on_revert(lambda b=block: b.__dict__.pop("forward", None))
+        change.targets.append(f"blocks.{i}")
+    how = "selective (matmul outputs kept)" if context_fn else "full"
+    change.summary = f"{how} activation checkpointing of {len(change.targets)} of {len(blocks)} blocks"
+    return change
+
+
+def _candidates(device: DeviceInfo) -> list[Checkpointing]:
+    return [CheckpointBlocks(every=1), CheckpointBlocks(every=2), SelectiveCheckpoint(every=1)]
+
+
+register(TransformInfo(
+    name="checkpointing",
+    plan_field="checkpointing",
+    summary="Recompute each block's activations in backward instead of keeping them (full or selective).",
+    devices=frozenset({"cpu", "cuda"}),
+    candidates=_candidates,
+))
