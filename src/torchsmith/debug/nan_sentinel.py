@@ -36,6 +36,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from torchsmith.dist.runtime import any_rank
 from torchsmith.transforms.base import Change
 
 OUTSIDE = "(outside the model)"
@@ -342,7 +343,9 @@ class NonFiniteGuard:
                 check_grads: bool = True) -> bool:
         """True: take the optimizer step. The ``bool()`` is this step's one host-device sync."""
         params = list(model.parameters()) if check_grads else []
-        if bool(step_finite(loss, params)):
+        # Under torchrun every rank must act alike at the same step: any_rank all-reduces the
+        # flag (MAX), so a NaN on one rank makes all ranks replay and skip or raise together.
+        if not any_rank(~step_finite(loss, params)):
             return True
         found = replay(model, replay_step, self._rng) if self._rng is not None else None
         found = Finding(**{**found.__dict__, "step": self.step}) if found else Finding(
