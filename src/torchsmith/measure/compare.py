@@ -61,13 +61,19 @@ class PlanMeasurement:
         return max(0.0, self.first_step_seconds - self.step_seconds)
 
 
-StepTimer = Callable[[Callable[[], Any]], float]
-"""Runs a step and returns its duration in seconds. Tests replace it to stub the clock."""
+StepTimer = Callable[[Plan, Callable[[], Any]], float]
+"""``clock(plan, run_step) -> seconds``: runs one step of ``plan`` and returns its duration.
+Tests replace it to stub the timing source."""
 
 
-def wall_clock(fn: Callable[[], Any]) -> float:
+def wall_clock(plan: Plan, fn: Callable[[], Any]) -> float:
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+    if cuda:
+        torch.cuda.synchronize()  # CPU-GPU sync point: kernels are asynchronous, time them to completion
     start = time.perf_counter()
     fn()
+    if cuda:
+        torch.cuda.synchronize()
     return time.perf_counter() - start
 
 
@@ -146,7 +152,7 @@ class _State:
         try:
             with _threads(self.plan):
                 moved = to_device(batch, self.step_fn.parts.device)
-                self.times.append(clock(lambda: self.losses.append(self.step_fn(moved))))
+                self.times.append(clock(self.plan, lambda: self.losses.append(self.step_fn(moved))))
         except Exception as err:
             self.error = _describe(err)
 

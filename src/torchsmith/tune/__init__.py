@@ -1,0 +1,48 @@
+"""``tune``: find the fastest plan that keeps the loss, prove it, and hand it back.
+
+Example::
+
+    import torchsmith
+    result = torchsmith.tune(torchsmith.load_workload("gpt-mini"), budget="3m")
+    result.plan.save("plan.json")
+    print(result.speedup, result.report_path)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from torchsmith.measure.compare import StepTimer, wall_clock
+from torchsmith.tune.budget import parse_bytes, parse_duration
+from torchsmith.tune.guard import GuardConfig
+from torchsmith.tune.result import Candidate, TuneResult
+from torchsmith.tune.search import TuneError, TuneProgress, WorkloadStepError, search
+from torchsmith.workload import Workload, load_workload
+
+__all__ = ["tune", "TuneResult", "Candidate", "GuardConfig", "TuneError", "TuneProgress", "WorkloadStepError"]
+
+
+def tune(workload: Workload | str | None = None, *, budget: str | float = "5m", memory_limit: str | int | None = None,
+         out: str | Path | None = None, report: str | Path | None = None, guard: GuardConfig = GuardConfig(),
+         device: str | None = None, clock: StepTimer = wall_clock,
+         on_progress: Callable[[TuneProgress], None] | None = None) -> TuneResult:
+    """Search the plan space within ``budget`` and return the fastest plan that keeps the loss.
+
+    ``out`` writes the plan as JSON; ``report`` writes a self-contained HTML report.
+    ``clock`` times one step (tests stub it to prove decisions follow measurements).
+    """
+    budget_s = parse_duration(budget)
+    limit = parse_bytes(memory_limit)
+    if budget_s <= 0:
+        raise ValueError(f"the time budget must be positive, got {budget!r}.")
+    w = load_workload(workload)
+    result = search(w, budget_seconds=budget_s, memory_limit=limit, guard=guard, device=device,
+                    clock=clock, on_progress=on_progress)
+    if out is not None:
+        result.plan.save(out)
+    if report is not None:
+        from torchsmith.report.tune_html import write_tune_report
+
+        result.report_path = write_tune_report(result, report)
+    return result

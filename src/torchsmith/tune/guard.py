@@ -1,0 +1,30 @@
+"""The numerical-equivalence guard: a faster plan only counts if it trains the same."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torchsmith.measure.compare import PlanMeasurement
+
+
+@dataclass(frozen=True, kw_only=True)
+class GuardConfig:
+    """Tolerances against the as-written baseline, over the same seed and batches."""
+
+    loss_rtol: float = 0.02
+    """Largest allowed |loss - baseline loss| / |baseline loss| at any measured step. Plans that
+    only reorder float sums differ by ~1e-6; bf16 autocast typically by 1e-3 to 1e-2."""
+    param_rtol: float = 0.15
+    """Largest allowed ||params - baseline params|| / ||baseline params - initial params|| after the
+    measured steps: the final parameters' distance, relative to how far training moved them."""
+
+
+def guard_rejection(m: PlanMeasurement, cfg: GuardConfig) -> str | None:
+    """Why ``m`` fails the guard, with the measured numbers; None when it passes."""
+    if m.loss_rel_diff is not None and m.loss_rel_diff > cfg.loss_rtol:
+        return (f"loss differs from the baseline by up to {m.loss_rel_diff:.2%} "
+                f"over {len(m.losses)} steps (tolerance {cfg.loss_rtol:.2%})")
+    if m.param_rel_diff is not None and m.param_rel_diff > cfg.param_rtol:
+        return (f"final parameters differ from the baseline by {m.param_rel_diff:.2%} of the distance "
+                f"training moved them (tolerance {cfg.param_rtol:.2%})")
+    return None

@@ -1,0 +1,84 @@
+"""What ``tune`` returns: every candidate it measured, the winner and the proof."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from torchsmith.measure.compare import PlanMeasurement
+from torchsmith.plan import Plan
+
+Status = Literal["baseline", "accepted", "slower", "rejected", "failed"]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One plan the tuner measured, compared with the baseline measured beside it."""
+
+    plan: Plan
+    knob: str
+    """The knob this candidate changed ("baseline" for the as-written plan)."""
+    status: Status
+    step_seconds: float | None
+    speedup: float | None
+    """Baseline step time / this plan's step time, both from the same interleaved run."""
+    peak_memory_bytes: int | None
+    memory_ratio: float | None
+    """This plan's peak / the baseline's peak, from the same run."""
+    loss_rel_diff: float | None
+    param_rel_diff: float | None
+    compile_seconds: float | None
+    reason: str = ""
+    """Why it was rejected, failed or not kept, with the measured numbers."""
+
+    @property
+    def label(self) -> str:
+        return self.plan.describe()
+
+    @classmethod
+    def from_measurement(cls, m: PlanMeasurement, base: PlanMeasurement, knob: str, status: Status,
+                         reason: str = "") -> "Candidate":
+        speed = base.step_seconds / m.step_seconds if m.step_seconds and base.step_seconds else None
+        mem = (m.peak_memory_bytes / base.peak_memory_bytes
+               if m.peak_memory_bytes and base.peak_memory_bytes else None)
+        return cls(m.plan, knob, status, m.step_seconds, speed, m.peak_memory_bytes, mem,
+                   m.loss_rel_diff, m.param_rel_diff, m.compile_seconds, reason)
+
+
+@dataclass
+class TuneResult:
+    """The tuned plan and the evidence for it.
+
+    ``speedup`` comes from the final side-by-side re-measurement of the winner against the
+    as-written baseline, not from the search's own (shorter) measurements.
+    """
+
+    workload: str
+    plan: Plan
+    baseline: Candidate
+    best: Candidate
+    candidates: list[Candidate]
+    throughput_unit: str
+    items_per_step: int | None
+    budget_seconds: float
+    elapsed_seconds: float
+    memory_limit_bytes: int | None
+    guard: Any
+    fingerprint: Any
+    device: str
+    baseline_losses: list[float] = field(default_factory=list)
+    best_losses: list[float] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    """Knobs not tried, with the reason (budget, not needed)."""
+    notes: list[str] = field(default_factory=list)
+    report_path: Path | None = None
+
+    @property
+    def speedup(self) -> float | None:
+        return self.best.speedup
+
+    def throughput(self, c: Candidate) -> float | None:
+        if not c.step_seconds:
+            return None
+        return (self.items_per_step or 1) / c.step_seconds

@@ -1,0 +1,212 @@
+"""Greedy, measured search for the fastest plan that keeps the loss.
+
+The search walks the knobs one at a time (coordinate descent). For each knob it measures
+every candidate value on top of the best plan so far, interleaved in one run beside the
+as-written baseline and the current best. A candidate wins only if it
+
+1. runs (a refused transform, an OOM or a failed compile is recorded, and the search goes on),
+2. passes the numerical guard against the baseline (same seed, same batches),
+3. fits the memory limit, and
+4. is faster than the current best by more than the noise margin.
+
+Memory-saving knobs (checkpointing, micro-batching, ...) cost speed, so they are tried only
+when the best plan does not fit the memory limit; then the fastest plan that fits wins.
+Finally the winner is re-measured against the baseline; if it is not faster there, the
+as-written plan is returned: the tuner never hands back a regression.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from torchsmith.engine.loop import build_step, resolve_device
+from torchsmith.measure.compare import PlanMeasurement, StepTimer, measure_plans, wall_clock
+from torchsmith.plan import Plan
+from torchsmith.tune.guard import GuardConfig, guard_rejection
+from torchsmith.tune.result import Candidate, TuneResult
+from torchsmith.tune.space import Dimension, device_info, search_space
+from torchsmith.workload import Workload
+
+NOISE_MARGIN = 0.03
+"""A candidate must beat the current best by more than 3% to replace it (shared-machine noise)."""
+COMPILE_ESTIMATE_SECONDS = 45.0
+"""Budget set aside per compile candidate before its first measurement (2-core CPU, gpt-mini)."""
+
+
+class TuneError(ValueError):
+    """The search cannot start: a failing workload or a budget too small."""
+
+
+@dataclass(frozen=True)
+class TuneProgress:
+    done: int
+    total: int
+    knob: str
+    best: str
+    best_speedup: float | None
+    elapsed: float
+    budget: float
+
+
+def search(workload: Workload, *, budget_seconds: float, memory_limit: int | None = None,
+           guard: GuardConfig = GuardConfig(), device: str | None = None, warmup: int = 2,
+           clock: StepTimer = wall_clock, on_progress: Callable[[TuneProgress], None] | None = None) -> TuneResult:
+    """Run the measured search; see the module docstring for the rules."""
+    from torchsmith.measure.fingerprint import machine_fingerprint
+
+    start = time.perf_counter()
+    dev = resolve_device(device)
+    _check_workload_runs(workload, dev)
+    dims = search_space(device_info(dev))
+    speed_dims = [d for d in dims if not d.saves_memory]
+    total = 2 + sum(len(d.candidates) + 2 for d in dims) + 2
+
+    # Calibrate: how long is one step? This also fixes how many steps each measurement gets.
+    calib = measure_plans(workload, [Plan()], warmup=1, steps=2, device=dev, clock=clock, measure_memory=False)[0]
+    step_s = calib.step_seconds or 1e-3
+    spent = time.perf_counter() - start
+    plans_to_measure = 2 + sum(len(d.candidates) + 2 for d in speed_dims) + 2
+    steps = int((budget_seconds - spent) * 0.7 / (plans_to_measure * step_s)) - warmup
+    if steps < 3:
+        need = spent + plans_to_measure * (warmup + 3) * step_s / 0.7
+        raise TuneError(
+            f"a budget of {budget_seconds:.0f} s is too small: one step of {workload.name} takes {step_s:.2f} s, "
+            f"so measuring the baseline and {plans_to_measure - 2} candidates needs about {need:.0f} s.\n"
+            f"Tip: pass --budget {max(60, int(need * 1.2) // 60 * 60 + 60)}s or more."
+        )
+    steps = min(steps, 12)
+
+    done = 0
+    best = Plan()
+    candidates: list[Candidate] = []
+    skipped: list[tuple[str, str]] = []
+    best_speedup: float | None = 1.0
+    best_m: PlanMeasurement | None = None  # the latest measurement of `best`
+
+    def report(knob: str) -> None:
+        if on_progress:
+            on_progress(TuneProgress(done, total, knob, best.describe(), best_speedup,
+                                     time.perf_counter() - start, budget_seconds))
+
+    report("baseline")
+    for dim in dims:
+        if dim.saves_memory and (best_m is None or _fits(best_m, memory_limit)):
+            skipped.append((dim.name, "not needed: the best plan fits the memory limit" if memory_limit
+                            else "trades speed for memory; pass --memory-limit to search it"))
+            done += len(dim.candidates) + 2
+            continue
+        estimate = (len(dim.candidates) + 2) * (warmup + steps) * step_s * 1.2
+        if dim.plan_field == "compile":
+            estimate += COMPILE_ESTIMATE_SECONDS * len(dim.candidates)
+        if time.perf_counter() - start + estimate > budget_seconds:
+            skipped.append((dim.name, f"budget: needs ~{estimate:.0f} s, "
+                                      f"{budget_seconds - (time.perf_counter() - start):.0f} s left"))
+            done += len(dim.candidates) + 2
+            continue
+        report(dim.name)
+        plans = [Plan()] + ([best] if best != Plan() else []) + [best.replace(**{dim.plan_field: v}) for v in dim.candidates]
+        ms = measure_plans(workload, plans, warmup=warmup, steps=steps, device=dev, clock=clock,
+                           on_step=lambda i, n, d=done: None)
+        done += len(plans)
+        base_m = ms[0]
+        if base_m.error:
+            raise TuneError(f"the baseline of {workload.name} failed while measuring {dim.name}: {base_m.error}")
+        if not candidates:
+            candidates.append(Candidate.from_measurement(base_m, base_m, "baseline", "baseline"))
+        best_m = ms[1] if best != Plan() else ms[0]
+        winner = _choose(dim, ms[len(plans) - len(dim.candidates):], best_m, base_m, guard, memory_limit,
+                         candidates)
+        if winner is not None:
+            best, best_speedup = winner.plan, winner.speedup
+            best_m = next(m for m in ms if m.plan == best)
+        report(dim.name)
+
+    # Proof: the winner against the baseline, side by side, with more steps than the search used.
+    done = total - 2
+    report("proof")
+    proof = measure_plans(workload, [Plan(), best] if best != Plan() else [Plan()], warmup=warmup,
+                          steps=max(steps, 6), device=dev, clock=clock)
+    done = total
+    base_c = Candidate.from_measurement(proof[0], proof[0], "baseline", "baseline")
+    best_c = Candidate.from_measurement(proof[-1], proof[0], "best", "accepted")
+    notes = []
+    if best != Plan() and (proof[-1].error or not best_c.speedup or best_c.speedup < 1.0):
+        notes.append(f"re-measured beside the baseline, {best.describe()} ran at "
+                     f"{best_c.speedup or 0:.2f}x; kept the as-written plan instead (never a regression).")
+        best, best_c = Plan(), base_c
+    report("done")
+    return TuneResult(
+        workload=workload.name, plan=best, baseline=base_c, best=best_c, candidates=candidates,
+        throughput_unit=workload.throughput_unit[0] + "/s", items_per_step=workload.throughput_unit[1],
+        budget_seconds=budget_seconds, elapsed_seconds=time.perf_counter() - start,
+        memory_limit_bytes=memory_limit, guard=guard, fingerprint=machine_fingerprint(), device=str(dev),
+        baseline_losses=proof[0].losses, best_losses=proof[-1].losses, skipped=skipped, notes=notes,
+    )
+
+
+def _choose(dim: Dimension, measured: list[PlanMeasurement], current: PlanMeasurement, base: PlanMeasurement,
+            guard: GuardConfig, memory_limit: int | None, out: list[Candidate]) -> Candidate | None:
+    """Classify each candidate of one knob and return the winner, if any beats ``current``."""
+    current_fits = _fits(current, memory_limit)
+    winner: Candidate | None = None
+    for m in measured:
+        if m.error:
+            out.append(Candidate.from_measurement(m, base, dim.name, "failed", m.error))
+            continue
+        reason = guard_rejection(m, guard)
+        if reason is None and not _fits(m, memory_limit):
+            reason = f"peak memory {m.peak_memory_bytes / 2**20:.1f} MiB exceeds the limit {memory_limit / 2**20:.1f} MiB"
+        if reason:
+            out.append(Candidate.from_measurement(m, base, dim.name, "rejected", reason))
+            continue
+        target = winner.step_seconds if winner else current.step_seconds
+        faster = m.step_seconds < target * (1 - NOISE_MARGIN)
+        if faster or (not current_fits and winner is None):
+            c = Candidate.from_measurement(m, base, dim.name, "accepted")
+            if winner is not None:
+                out[out.index(winner)] = _demote(winner, f"{c.label} was faster")
+            winner = c
+            out.append(c)
+        else:
+            ratio = current.step_seconds / m.step_seconds
+            out.append(Candidate.from_measurement(
+                m, base, dim.name, "slower",
+                f"{ratio:.2f}x the current best's speed (needs > {1 + NOISE_MARGIN:.2f}x to win)"))
+    return winner
+
+
+def _demote(c: Candidate, reason: str) -> Candidate:
+    from dataclasses import replace
+
+    return replace(c, status="slower", reason=reason)
+
+
+def _fits(m: PlanMeasurement, memory_limit: int | None) -> bool:
+    return memory_limit is None or (m.peak_memory_bytes is not None and m.peak_memory_bytes <= memory_limit)
+
+
+def _check_workload_runs(workload: Workload, device) -> None:
+    """One step of the as-written plan. Its error, if any, reaches the user unchanged and named."""
+    try:
+        step = build_step(workload, Plan(), device)
+        step(next(iter(workload.iter_batches())))
+    except Exception as err:
+        raise WorkloadStepError(workload.name, err) from err
+
+
+class WorkloadStepError(TuneError):
+    """The workload itself fails as written; ``original`` is its exception, unchanged."""
+
+    def __init__(self, spec: str, original: BaseException):
+        import traceback
+
+        frames = traceback.extract_tb(original.__traceback__)
+        where = f" (at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
+        super().__init__(
+            f"workload {spec!r} fails as written, before any search: "
+            f"{type(original).__name__}: {original}{where}.\n"
+            f"Tip: check that `torchsmith run {spec} --steps 1` works, then tune."
+        )
+        self.original = original

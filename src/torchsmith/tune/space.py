@@ -1,0 +1,51 @@
+"""The search space, read from the transforms' registered metadata."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from torchsmith.transforms.base import DeviceInfo, registered_transforms
+
+SPEED_ORDER = ("threads", "precision", "optimizer", "loader", "loss_impl", "inplace", "memory_format", "compile")
+"""Knobs tried for speed, cheapest to measure first; compile last since each try compiles."""
+MEMORY_ORDER = ("checkpointing", "saved_tensors", "microbatching")
+"""Knobs that trade speed for memory: tried only when the best plan does not fit the memory limit."""
+
+
+@dataclass(frozen=True)
+class Dimension:
+    name: str
+    plan_field: str
+    candidates: tuple[Any, ...]
+    saves_memory: bool
+
+
+def device_info(device: torch.device) -> DeviceInfo:
+    from torchsmith.measure.fingerprint import machine_fingerprint
+
+    fp = machine_fingerprint()
+    native = fp.native_bf16 if device.type == "cpu" else torch.cuda.is_bf16_supported()
+    return DeviceInfo(type=device.type, cores=fp.available_cores, native_bf16=bool(native))
+
+
+def search_space(device: DeviceInfo) -> list[Dimension]:
+    """Every registered transform that applies to ``device``, in the order the tuner tries them.
+
+    Candidates never include the as-written value, and a candidate that cannot apply on this
+    device is never proposed (e.g. fp16 autocast off CUDA).
+    """
+    from torchsmith.plan import Plan
+
+    baseline = Plan()
+    dims = []
+    for info in registered_transforms().values():
+        if device.type not in info.devices:
+            continue
+        values = tuple(v for v in info.candidates(device) if v != getattr(baseline, info.plan_field))
+        if values:
+            dims.append(Dimension(info.name, info.plan_field, values, info.plan_field in MEMORY_ORDER))
+    order = {name: i for i, name in enumerate(SPEED_ORDER + MEMORY_ORDER)}
+    return sorted(dims, key=lambda d: (order.get(d.plan_field, len(SPEED_ORDER)), d.name))
