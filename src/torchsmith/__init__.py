@@ -21,11 +21,17 @@ _EXPORTS = {
     "Plan": "torchsmith.plan",
     "prepare": "torchsmith.engine.step",
     "run": "torchsmith.engine.loop",
+    "explain_oom": "torchsmith.debug.oom",
+    "GradMonitor": "torchsmith.debug.grad_monitor",
+    "NaNSentinel": "torchsmith.debug.nan_sentinel",
 }
 
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
+    from torchsmith.debug.grad_monitor import GradMonitor
+    from torchsmith.debug.nan_sentinel import NaNSentinel
+    from torchsmith.debug.oom import explain_oom
     from torchsmith.engine.loop import run
     from torchsmith.engine.step import prepare
     from torchsmith.plan import Plan
