@@ -145,6 +145,8 @@ def _analyse(events: list[dict[str, Any]], top: int) -> TraceAnalysis:
         optim = [(e["ts"], min(_end(e), s1)) for e, n in zip(evs, names)
                  if n.startswith(("Optimizer.step#", "Optimizer.zero_grad#"))]
         syncs = [e for e in evs if (e["name"] in _SYNC_OPS and not _inside(e, optim)) or _is_cuda_sync(e)]
+        # `aten::item` runs `aten::_local_scalar_dense` inside it: one sync, counted once.
+        syncs = [e for e in syncs if not any(o is not e and o["ts"] <= e["ts"] and _end(e) <= _end(o) for o in syncs)]
         back = [(e["ts"], _end(e)) for e in evs if e.get("cat") == "python_function" and _BACKWARD.search(e["name"])]
         if not back:  # no Python frames in the trace: the autograd engine's own spans
             back = [(e["ts"], _end(e)) for e in cpu_ops if e["name"].startswith(_WRAPPER)]

@@ -1,0 +1,189 @@
+"""``doctor``: capture a window of steps, analyse the trace, run the rules, optionally verify fixes.
+
+Two ways in, one analysis:
+
+- :func:`doctor_workload` trains a workload in this process for the window's steps;
+- :func:`doctor_script` runs an unmodified command (``["python", "train.py", ...]``) with
+  the start-up hook on ``PYTHONPATH``; its output and exit code pass through.
+
+Example::
+
+    report = doctor_workload(load_workload("mlp"), CaptureConfig(active=3))
+    [f.rule for f in report.findings]
+    verify(load_workload("mlp"), report)      # re-measure each knob-mapped fix
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from torchsmith.plan import Plan
+from torchsmith.profile.analysis import TraceAnalysis, analyse_trace
+from torchsmith.profile.capture import MAX_ACTIVE_STEPS, CaptureConfig, Facts, StepCapture
+from torchsmith.profile.rules import DoctorContext, Finding, diagnose
+from torchsmith.workload import Workload
+
+
+class DoctorError(ValueError):
+    """Nothing to diagnose: the script never stepped an optimizer, or ended before the window."""
+
+
+@dataclass(frozen=True)
+class Verification:
+    rule: str
+    plan: str
+    baseline_seconds: float | None
+    fixed_seconds: float | None
+    loss_rel_diff: float | None = None
+    error: str | None = None
+
+    @property
+    def speedup(self) -> float | None:
+        if self.baseline_seconds and self.fixed_seconds:
+            return self.baseline_seconds / self.fixed_seconds
+        return None
+
+
+@dataclass
+class DoctorReport:
+    target: str
+    mode: str
+    analysis: TraceAnalysis
+    facts: Facts
+    findings: list[Finding]
+    memory: dict[str, int] | None
+    trace_path: Path | None = None
+    trace_note: str = ""
+    """The caps on the capture, stated: steps recorded and trace size."""
+    exit_code: int | None = None
+    verified: list[Verification] = field(default_factory=list)
+
+
+def doctor_workload(workload: Workload, cfg: CaptureConfig | None = None, *, plan: Plan | None = None,
+                    device: str | None = None, trace: str | os.PathLike | None = None) -> DoctorReport:
+    """Train ``workload`` for the window's steps under ``plan`` while capturing; diagnose it."""
+    from torchsmith.engine.loop import run
+
+    cfg = cfg or CaptureConfig()
+    plan = plan or Plan()
+    with tempfile.TemporaryDirectory(prefix="torchsmith-doctor-") as tmp:
+        with StepCapture(cfg, tmp) as capture:
+            run(workload, plan, steps=cfg.steps_needed, device=device)
+        return _report(workload.name, "workload", capture.facts, Path(tmp), trace, plan=plan)
+
+
+def doctor_script(command: list[str], cfg: CaptureConfig | None = None, *,
+                  trace: str | os.PathLike | None = None) -> DoctorReport:
+    """Run ``command`` unmodified with the capture hooked in at interpreter start-up.
+
+    Raises :class:`DoctorError` (carrying ``exit_code``) when there is nothing to diagnose.
+    """
+    cfg = cfg or CaptureConfig()
+    with tempfile.TemporaryDirectory(prefix="torchsmith-doctor-") as tmp:
+        code = subprocess.call(command, env=_script_env(tmp, cfg))
+        facts_path = Path(tmp) / "facts.json"
+        shown = " ".join(command)
+        if not facts_path.exists():
+            err = DoctorError(
+                f"`{shown}` exited with code {code} and never called torch.optim.Optimizer.step(), so there "
+                "were no training steps to profile.\n"
+                "Tip: doctor finds steps through Optimizer.step; a script that updates parameters by hand or "
+                "only runs inference has none. Describe it as a workload: torchsmith doctor mymod:workload")
+            err.exit_code = code
+            raise err
+        facts = Facts.from_json(facts_path.read_text())
+        if not (Path(tmp) / "trace.json").exists():
+            err = DoctorError(
+                f"`{shown}` ran {facts.steps_seen} optimizer steps and exited (code {code}) before the "
+                f"profiled window; the window needs {cfg.steps_needed} (1 first step + {cfg.wait} wait + "
+                f"{cfg.warmup} warmup + {cfg.active} recorded).\n"
+                f"Tip: run the script for more steps, or pass --steps {max(1, facts.steps_seen - 1 - cfg.wait - cfg.warmup)}.")
+            err.exit_code = code
+            raise err
+        report = _report(shown, "script", facts, Path(tmp), trace)
+        report.exit_code = code
+        return report
+
+
+def verify(workload: Workload, report: DoctorReport, *, steps: int = 6, device: str | None = None,
+           on_step=None) -> list[Verification]:
+    """Measure each knob-mapped fix against the baseline, interleaved in one process."""
+    from torchsmith.measure.compare import measure_plans
+
+    todo = [f for f in report.findings if f.verify_plan is not None]
+    if not todo:
+        return []
+    base = _baseline_of(report)
+    ms = measure_plans(workload, [base] + [f.verify_plan for f in todo], warmup=2, steps=steps, device=device,
+                       measure_memory=False, on_step=on_step)
+    ref = ms[0]
+    report.verified = [
+        Verification(f.rule, m.plan.describe(), ref.step_seconds, m.step_seconds, m.loss_rel_diff, m.error)
+        for f, m in zip(todo, ms[1:])
+    ]
+    return report.verified
+
+
+def _baseline_of(report: DoctorReport) -> Plan:
+    return Plan.from_dict(report.facts.config.get("plan")) if report.facts.config.get("plan") else Plan()
+
+
+def _report(target: str, mode: str, facts: Facts, tmp: Path, trace: str | os.PathLike | None,
+            plan: Plan | None = None) -> DoctorReport:
+    cfg = CaptureConfig(**{k: v for k, v in facts.config.items() if k in CaptureConfig.__dataclass_fields__})
+    if plan is not None:
+        facts.config["plan"] = plan.to_dict()
+    analysis = analyse_trace(tmp / "trace.json")
+    ctx = DoctorContext(analysis, facts, mode, plan)  # type: ignore[arg-type]
+    kept, note = keep_trace(tmp / "trace.json", trace, cfg, len(analysis.steps))
+    return DoctorReport(target, mode, analysis, facts, diagnose(ctx), ctx.memory(), kept, note)
+
+
+def keep_trace(src: Path, dest: str | os.PathLike | None, cfg: CaptureConfig, steps: int) -> tuple[Path | None, str]:
+    """Copy the trace to ``dest`` within the size cap (Python frames dropped above it); state the caps."""
+    size = src.stat().st_size
+    cap = int(cfg.max_trace_mb * 1e6)
+    note = (f"{steps} step(s) recorded (cap {MAX_ACTIVE_STEPS}), trace {size / 1e6:.1f} MB "
+            f"(cap {cfg.max_trace_mb:.0f} MB)")
+    if dest is None:
+        return None, note
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if size <= cap:
+        shutil.copyfile(src, dest)
+        return dest, note
+    data = json.loads(src.read_text())
+    data["traceEvents"] = [e for e in data["traceEvents"] if e.get("cat") != "python_function"]
+    dest.write_text(json.dumps(data))
+    return dest, note + f"; Python frames dropped to fit: {dest.stat().st_size / 1e6:.1f} MB kept"
+
+
+def _script_env(out_dir: str, cfg: CaptureConfig) -> dict[str, str]:
+    from torchsmith.profile.inject import ENV_KEY
+
+    env = dict(os.environ)
+    here = Path(__file__).resolve().parent
+    paths = [str(here / "_inject")]
+    package_root = here.parent.parent  # holds the `torchsmith` package
+    if package_root.name not in ("site-packages", "dist-packages"):
+        paths.append(str(package_root))  # a source checkout: let the script's Python import torchsmith
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env[ENV_KEY] = json.dumps({"out_dir": out_dir, "config": asdict(cfg)})
+    env.setdefault("PYTHONUNBUFFERED", "1")  # the script's output interleaves with ours in order
+    return env
+
+
+def python_command(args: list[str]) -> list[str]:
+    """``python`` as the first word means this interpreter when no other python is on PATH."""
+    if args and args[0] in ("python", "python3") and shutil.which(args[0]) is None:
+        return [sys.executable, *args[1:]]
+    return args
