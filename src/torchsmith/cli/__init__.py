@@ -24,6 +24,8 @@ def _root() -> None:
 
 # Each import registers that group's commands on `app`.
 from torchsmith.cli import run as _run  # noqa: E402,F401
+from torchsmith.cli import tune as _tune  # noqa: E402,F401
+from torchsmith.cli import inspect as _inspect  # noqa: E402,F401
 
 
 def main() -> None:
