@@ -14,10 +14,12 @@ import torch
 from torchsmith.engine.checkpoint import (
     load_latest_checkpoint, rng_state, save_checkpoint, set_rng_state,
 )
+from torchsmith.dist.session import DistSession
 from torchsmith.engine.evaluate import evaluate
 from torchsmith.engine.step import Step, prepare
 from torchsmith.measure.timing import PhaseSummary, PhaseTimer
 from torchsmith.plan import Plan
+from torchsmith.transforms.loader import apply_loader
 from torchsmith.workload import Workload
 
 
@@ -98,12 +100,17 @@ def build_step(workload: Workload, plan: Plan, device: torch.device) -> Step:
 def run(workload: Workload, plan: Plan | None = None, *, steps: int = 100, eval_every: int | None = None,
         eval_batches: int = 10, checkpoint_dir: str | Path | None = None, checkpoint_every: int | None = None,
         resume: bool = False, device: str | torch.device | None = None, log_every: int = 1,
-        callbacks: RunCallbacks | None = None) -> RunResult:
+        callbacks: RunCallbacks | None = None, keep_last_k: int | None = 3,
+        async_checkpoint: bool = False) -> RunResult:
     """Train ``workload`` for ``steps`` total optimizer steps under ``plan``.
 
     ``steps`` counts from the start of training: resuming a 10-step checkpoint with
     ``steps=20`` runs steps 11..20 and ends exactly where an uninterrupted 20-step run
     ends (bit for bit on CPU).
+
+    Under torchrun (``torchsmith launch``) each rank trains on its slice of every batch, and
+    checkpoints are DCP step directories keeping the newest ``keep_last_k``, optionally
+    written in the background (``async_checkpoint``).
 
     Example::
 
@@ -114,12 +121,16 @@ def run(workload: Workload, plan: Plan | None = None, *, steps: int = 100, eval_
     plan = plan or Plan()
     cb = callbacks or RunCallbacks()
     device = resolve_device(device)
+    # Under torchrun: join the group, DDP by default, batch slices, DCP checkpoints (dist/session.py).
+    distributed = DistSession.from_env(device, checkpoint_dir, keep_last_k=keep_last_k, async_save=async_checkpoint)
+    if distributed is not None:
+        device, plan = distributed.ctx.device, distributed.plan(plan)
     if resume and checkpoint_dir is None:
         raise ValueError("resume=True needs a checkpoint_dir to resume from.\nTip: pass --checkpoint-dir DIR.")
     step_fn = build_step(workload, plan, device)
     start, position, resumed, skipped, resume_rng = 0, (0, 0), None, [], None
     if resume:
-        loaded = load_latest_checkpoint(checkpoint_dir)
+        loaded = distributed.load_latest(step_fn) if distributed else load_latest_checkpoint(checkpoint_dir)
         if loaded is not None:
             start, position, epoch_rng = _restore(step_fn, loaded.state)
             resumed, skipped = loaded.path, loaded.skipped
@@ -129,7 +140,8 @@ def run(workload: Workload, plan: Plan | None = None, *, steps: int = 100, eval_
                          f"Tip: pass --steps {start + 1} or more to continue training.")
     # On resume, the data iterator is rebuilt from the RNG state of its epoch's start, then the
     # RNG is set to the checkpoint's: the data source may draw from the global RNG too.
-    batches = _batches(workload, *position, resume_rng=resume_rng)
+    source, loader_change = apply_loader(workload, plan.loader)  # plan.loader rebuilds a factory-made loader
+    batches = _batches(workload, *position, resume_rng=resume_rng, source=source)
 
     unit, per_batch = workload.throughput_unit
     timer = PhaseTimer(sync_cuda=device.type == "cuda")
@@ -143,7 +155,7 @@ def run(workload: Workload, plan: Plan | None = None, *, steps: int = 100, eval_
         t0 = time.perf_counter()
         epoch, index, batch, epoch_rng = next(batches)
         timer.add("data", time.perf_counter() - t0)
-        losses.append(step_fn(batch))
+        losses.append(step_fn(distributed.shard(batch) if distributed else batch))
         times = timer.end_step()
         if cb.on_step:
             read = step % log_every == 0 or step == steps
@@ -156,11 +168,18 @@ def run(workload: Workload, plan: Plan | None = None, *, steps: int = 100, eval_
                 if cb.on_eval:
                     cb.on_eval(step, val)
         if checkpoint_dir is not None and (step == steps or (checkpoint_every and step % checkpoint_every == 0)):
-            state = _state(step_fn, plan, (epoch, index + 1), epoch_rng)
-            checkpoints.append(save_checkpoint(checkpoint_dir, step, state))
+            if distributed is not None:
+                checkpoints.append(distributed.save(step_fn, step, plan, (epoch, index + 1), epoch_rng))
+            else:
+                state = _state(step_fn, plan, (epoch, index + 1), epoch_rng)
+                checkpoints.append(save_checkpoint(checkpoint_dir, step, state))
             if cb.on_checkpoint:
                 cb.on_checkpoint(checkpoints[-1])
 
+    loader_change.revert()  # stops persistent workers now, not at garbage collection
+    if distributed is not None:
+        distributed.finish()  # commit an async checkpoint still being written
+        losses = list(distributed.losses(torch.stack(losses))) if losses else losses
     summary = timer.summary(warmup=min(2, max(0, len(timer.steps) - 1)))
     return RunResult(
         workload=workload.name, plan=plan, device=str(device), start_step=start, end_step=steps,
@@ -168,12 +187,12 @@ def run(workload: Workload, plan: Plan | None = None, *, steps: int = 100, eval_
         first_step_seconds=timer.steps[0]["step"] if timer.steps else 0.0,
         throughput=per_batch / summary.step_median if per_batch and summary.step_median else None,
         throughput_unit=f"{unit}/s", resumed_from=resumed, skipped_checkpoints=skipped,
-        checkpoints=checkpoints, changes=step_fn.describe(),
+        checkpoints=checkpoints, changes=step_fn.describe() + ([f"loader: {loader_change.summary}"] if workload.loader else []),
     )
 
 
-def _batches(workload: Workload, epoch: int, index: int,
-             resume_rng: tuple[dict, dict] | None = None) -> Iterator[tuple[int, int, Any, dict]]:
+def _batches(workload: Workload, epoch: int, index: int, resume_rng: tuple[dict, dict] | None = None,
+             source: Any = None) -> Iterator[tuple[int, int, Any, dict]]:
     """Yield (epoch, index, batch, RNG state at the epoch's start) forever, from a data position.
 
     After a resume the epoch's iterator is rebuilt from the same RNG state and fast-forwarded
@@ -183,11 +202,15 @@ def _batches(workload: Workload, epoch: int, index: int,
         if resume_rng is not None:
             set_rng_state(resume_rng[0])
         epoch_rng = rng_state()
-        source = workload.iter_batches()
-        if hasattr(source, "set_epoch"):
-            source.set_epoch(epoch)
-        it = iter(source)
-        seen = sum(1 for _ in zip(range(index), it))  # fast-forward after a resume
+        src = source if source is not None else workload.iter_batches()
+        if hasattr(src, "set_epoch"):
+            src.set_epoch(epoch)
+        skip = index
+        if index and hasattr(src, "set_start"):
+            src.set_start(index)  # a resumable loader starts at the position: nothing is re-read
+            skip = 0
+        it = iter(src)
+        seen = index - skip + sum(1 for _ in zip(range(skip), it))  # fast-forward after a resume
         if resume_rng is not None:
             set_rng_state(resume_rng[1])
             resume_rng = None
@@ -216,8 +239,9 @@ def _state(step_fn: Step, plan: Plan, position: tuple[int, int], epoch_rng: dict
 
 def _restore(step_fn: Step, state: dict[str, Any]) -> tuple[int, tuple[int, int], dict]:
     parts = step_fn.parts
-    parts.model.load_state_dict(state["model"])
-    parts.optimizer.load_state_dict(state["optimizer"])
+    if "model" in state:  # a distributed checkpoint was already loaded in place (dist/checkpoint.py)
+        parts.model.load_state_dict(state["model"])
+        parts.optimizer.load_state_dict(state["optimizer"])
     if parts.scheduler is not None and state.get("scheduler") is not None:
         parts.scheduler.load_state_dict(state["scheduler"])
     if parts.scaler is not None and state.get("scaler") is not None:

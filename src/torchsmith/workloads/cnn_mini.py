@@ -23,6 +23,7 @@ from torch import nn
 
 from torchsmith.workload import Workload
 from torchsmith.workloads._batches import STREAM_DATA, ShuffledBatches, generator
+from torchsmith.workloads.cnn_pipeline import train_pipeline
 
 __all__ = ["BasicBlock", "ResNetMini", "make_images", "workload"]
 
@@ -167,12 +168,16 @@ def workload(
     # Normalisation statistics from the training split only.
     flat = train_x.permute(1, 0, 2, 3).reshape(3, -1).float()  # (3, N*H*W)
     norm = Normalize(flat.mean(dim=1), flat.std(dim=1))
+    # Training batches come from the realistic input pipeline (compressed images decoded and
+    # augmented per sample, num_workers=0 as written); plan.loader rebuilds it via `loader`.
+    pipeline = train_pipeline(train_x, train_y, norm.mean, norm.std, batch_size=batch_size, seed=seed)
 
     return Workload(
         name="cnn-mini",
         seed=seed,
         model=lambda: ResNetMini(widths=tuple(widths), blocks_per_stage=blocks_per_stage),
-        batches=ShuffledBatches((train_x, train_y), batch_size=batch_size, seed=seed, collate=norm),
+        batches=pipeline(None),
+        loader=pipeline,
         eval_batches=ShuffledBatches(
             (val_x, val_y), batch_size=batch_size, seed=seed, shuffle=False, drop_last=False, collate=norm
         ),

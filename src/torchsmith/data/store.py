@@ -1,0 +1,348 @@
+"""The packed store: fixed-size ``.npy`` shards plus an ``index.json``, written atomically.
+
+A store is a directory::
+
+    index.json              format version, dtype, sample shape, count, per-shard checksums
+    shard_00000.npy         (n, *shape) samples, or a flat 1-D array for ragged samples
+    shard_00000.offs.npy    ragged stores only: (n + 1,) int64 offsets into the flat array
+
+Every file is written under a temporary name and renamed when complete, and ``index.json``
+is written last, so an interrupted pack never leaves a directory that opens as a store.
+Nothing here ever pickles: arrays are plain ``.npy`` and loaded with ``allow_pickle=False``.
+
+Example::
+
+    from torchsmith.data.store import pack_arrays
+    index = pack_arrays(np.zeros((1000, 3, 32, 32), np.uint8), "store/")
+    index.num_samples, index.shape      # 1000, (3, 32, 32)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Literal
+
+import numpy as np
+
+FORMAT_VERSION = 1
+INDEX_NAME = "index.json"
+DEFAULT_SHARD_BYTES = 64 << 20
+"""64 MiB: big enough that per-file costs vanish, small enough that a lazy checksum on first
+touch costs tens of milliseconds."""
+
+
+class StoreError(ValueError):
+    """A store that cannot be opened or written; the message names the file."""
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    name: str
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class ShardRecord:
+    samples: int
+    data: FileRecord
+    offsets: FileRecord | None = None
+    """Ragged stores: where each sample starts in the flat ``data`` array."""
+
+
+@dataclass(frozen=True)
+class StoreIndex:
+    """What ``index.json`` records. ``shape`` is None for a ragged store of 1-D samples."""
+
+    dtype: str
+    shape: tuple[int, ...] | None
+    num_samples: int
+    shards: tuple[ShardRecord, ...]
+    meta: dict[str, Any] = field(default_factory=dict)
+    format_version: int = FORMAT_VERSION
+
+    @property
+    def ragged(self) -> bool:
+        return self.shape is None
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(s.data.bytes + (s.offsets.bytes if s.offsets else 0) for s in self.shards)
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["shape"] = list(self.shape) if self.shape is not None else None
+        out["shards"] = [{k: v for k, v in asdict(s).items() if v is not None} for s in self.shards]
+        return out
+
+
+def read_index(path: str | os.PathLike) -> StoreIndex:
+    """Parse and validate ``DEST/index.json``; raise :class:`StoreError` naming the problem."""
+    path = Path(path)
+    file = path / INDEX_NAME
+    if not file.is_file():
+        partial = sorted(p.name for p in path.glob("*.npy*")) if path.is_dir() else []
+        hint = (f" It holds {len(partial)} shard file(s) but no index: an interrupted pack." if partial else "")
+        raise StoreError(f"{file} does not exist, so {path} is not a complete store.{hint}\n"
+                         f"Tip: (re-)create it with `torchsmith data pack SRC {path}`.")
+    try:
+        raw = json.loads(file.read_text())
+        version = raw.get("format_version")
+        if version != FORMAT_VERSION:
+            raise StoreError(f"{file}: format_version {version!r} is unknown; this torchsmith reads version "
+                             f"{FORMAT_VERSION}.\nTip: re-pack the source with this version of torchsmith.")
+        shards = tuple(
+            ShardRecord(samples=int(s["samples"]), data=FileRecord(**s["data"]),
+                        offsets=FileRecord(**s["offsets"]) if s.get("offsets") else None)
+            for s in raw["shards"]
+        )
+        shape = tuple(int(d) for d in raw["shape"]) if raw["shape"] is not None else None
+        index = StoreIndex(dtype=str(raw["dtype"]), shape=shape, num_samples=int(raw["num_samples"]),
+                           shards=shards, meta=dict(raw.get("meta", {})), format_version=version)
+    except StoreError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise StoreError(f"{file} is not a valid store index ({type(err).__name__}: {err}).\n"
+                         "Tip: re-pack the source; index.json is written by `torchsmith data pack`.") from None
+    counted = sum(s.samples for s in index.shards)
+    if counted != index.num_samples:
+        raise StoreError(f"{file}: num_samples is {index.num_samples} but the shards hold {counted}.")
+    return index
+
+
+def file_sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+class StoreWriter:
+    """Append samples; shards are flushed at ``shard_bytes`` and the index written on close.
+
+    Example::
+
+        with StoreWriter("store/", dtype="uint8", shape=(3, 32, 32)) as w:
+            for img in images:
+                w.add(img)
+        w.index.num_samples
+    """
+
+    def __init__(self, dest: str | os.PathLike, *, dtype: Any, shape: tuple[int, ...] | None,
+                 shard_bytes: int = DEFAULT_SHARD_BYTES, meta: dict[str, Any] | None = None,
+                 overwrite: bool = False) -> None:
+        self.dest = Path(dest)
+        self.dtype = np.dtype(dtype).newbyteorder("=")  # native byte order: zero-copy to torch
+        if self.dtype.hasobject or self.dtype.fields is not None:
+            raise StoreError(f"dtype {self.dtype} is not storable: only plain numeric dtypes (no objects, "
+                             "no structured records) can be read without pickling.")
+        self.shape = tuple(int(d) for d in shape) if shape is not None else None
+        self.meta = dict(meta or {})
+        _prepare_dest(self.dest, overwrite)
+        sample_bytes = self.dtype.itemsize * int(np.prod(self.shape or (1,)))
+        self._per_shard = max(1, shard_bytes // max(1, sample_bytes))
+        self._shard_bytes = shard_bytes
+        self._pending: list[np.ndarray] = []
+        self._pending_bytes = 0
+        self._shards: list[ShardRecord] = []
+        self.index: StoreIndex | None = None
+
+    def add(self, sample: Any) -> None:
+        arr = np.asarray(sample)
+        if self.shape is None:
+            arr = arr.reshape(-1)
+        elif arr.shape != self.shape:
+            raise StoreError(f"sample {self.count} has shape {arr.shape}; this store holds {self.shape}.")
+        self._pending.append(arr.astype(self.dtype, copy=False))
+        self._pending_bytes += arr.size * self.dtype.itemsize
+        full = (len(self._pending) >= self._per_shard if self.shape is not None
+                else self._pending_bytes >= self._shard_bytes)
+        if full:
+            self._flush()
+
+    def add_many(self, samples: Iterable[Any]) -> None:
+        for s in samples:
+            self.add(s)
+
+    @property
+    def count(self) -> int:
+        return sum(s.samples for s in self._shards) + len(self._pending)
+
+    def close(self) -> StoreIndex:
+        """Flush the last shard and write ``index.json`` (atomically, last of all)."""
+        if self.index is not None:
+            return self.index
+        self._flush()
+        self.index = StoreIndex(dtype=self.dtype.str, shape=self.shape, num_samples=self.count,
+                                shards=tuple(self._shards), meta=self.meta)
+        _atomic_write(self.dest / INDEX_NAME, (json.dumps(self.index.to_json(), indent=1) + "\n").encode())
+        return self.index
+
+    def __enter__(self) -> "StoreWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()  # on an error no index is written: the directory never looks valid
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        name = f"shard_{len(self._shards):05d}"
+        if self.shape is not None:
+            data = _save(self.dest / f"{name}.npy", np.stack(self._pending))  # (n, *shape)
+            record = ShardRecord(samples=len(self._pending), data=data)
+        else:
+            offsets = np.zeros(len(self._pending) + 1, dtype=np.int64)
+            np.cumsum([a.size for a in self._pending], out=offsets[1:])
+            data = _save(self.dest / f"{name}.npy", np.concatenate(self._pending))
+            record = ShardRecord(samples=len(self._pending), data=data,
+                                 offsets=_save(self.dest / f"{name}.offs.npy", offsets))
+        self._shards.append(record)
+        self._pending, self._pending_bytes = [], 0
+
+
+def _prepare_dest(dest: Path, overwrite: bool) -> None:
+    if dest.exists() and not dest.is_dir():
+        raise StoreError(f"{dest} exists and is not a directory.")
+    if dest.is_dir() and any(dest.iterdir()):
+        if not overwrite:
+            raise StoreError(f"{dest} is not empty ({sum(1 for _ in dest.iterdir())} entries).\n"
+                             "Tip: pass --overwrite to replace it, or choose a new directory.")
+        # The index goes first: from here on an interrupted re-pack is visibly incomplete.
+        (dest / INDEX_NAME).unlink(missing_ok=True)
+        for p in dest.iterdir():
+            if p.name.startswith(("shard_", ".shard_")):
+                p.unlink()
+    dest.mkdir(parents=True, exist_ok=True)
+
+
+def _save(path: Path, array: np.ndarray) -> FileRecord:
+    """``np.save`` under a temp name, fsync, rename: the final name only ever holds a whole file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.save(f, np.ascontiguousarray(array), allow_pickle=False)
+            f.flush()
+            os.fsync(f.fileno())
+        digest = file_sha256(Path(tmp))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return FileRecord(name=path.name, bytes=path.stat().st_size, sha256=digest)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # make the renames durable
+    finally:
+        os.close(dir_fd)
+
+
+# --- sources ------------------------------------------------------------------------
+
+Tokenizer = Literal["bytes", "chars"]
+
+
+def pack_arrays(samples: np.ndarray, dest: str | os.PathLike, **kw: Any) -> StoreIndex:
+    """Pack an array of fixed-shape samples ``(N, *shape)``."""
+    samples = np.asarray(samples)
+    if samples.ndim < 1 or samples.shape[0] == 0:
+        raise StoreError(f"expected an array of samples (N, ...), found shape {samples.shape}.")
+    with StoreWriter(dest, dtype=samples.dtype, shape=samples.shape[1:], **kw) as w:
+        w.add_many(samples)
+    return w.index
+
+
+def pack_bytes(blobs: Iterable[bytes], dest: str | os.PathLike, **kw: Any) -> StoreIndex:
+    """Pack variable-length byte strings (e.g. compressed images) as a ragged uint8 store."""
+    with StoreWriter(dest, dtype=np.uint8, shape=None, **kw) as w:
+        for blob in blobs:
+            w.add(np.frombuffer(blob, dtype=np.uint8))
+    return w.index
+
+
+def pack_npy_folder(src: str | os.PathLike, dest: str | os.PathLike, **kw: Any) -> StoreIndex:
+    """Pack a folder of ``.npy`` files, one sample each, in sorted file-name order."""
+    files = sorted(Path(src).glob("*.npy"))
+    if not files:
+        raise StoreError(f"{src} holds no .npy files.\nTip: pass a folder of one-sample .npy files, "
+                         "an .npy array of samples, or a text file.")
+    first = _load_npy(files[0])
+    meta = {"source": "npy-folder", "files": len(files), **kw.pop("meta", {})}
+    with StoreWriter(dest, dtype=first.dtype, shape=first.shape, meta=meta, **kw) as w:
+        for f in files:
+            arr = _load_npy(f)
+            if arr.shape != first.shape or arr.dtype != first.dtype:
+                raise StoreError(f"{f} holds {arr.dtype}{list(arr.shape)}; {files[0].name} holds "
+                                 f"{first.dtype}{list(first.shape)}. A store's samples share one dtype and shape.\n"
+                                 "Tip: resize or cast the odd files, or pack them into a separate store.")
+            w.add(arr)
+    return w.index
+
+
+def _load_npy(path: Path) -> np.ndarray:
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except ValueError as err:  # object arrays need pickle, which is never allowed here
+        raise StoreError(f"{path} cannot be read without unpickling ({err}).\n"
+                         "Tip: save plain numeric arrays (np.save(..., allow_pickle=False)).") from None
+
+
+def tokenize(text: str, tokenizer: Tokenizer) -> tuple[np.ndarray, dict[str, Any]]:
+    """Token ids and what decoding needs: UTF-8 bytes (vocab 256) or sorted unique characters."""
+    if tokenizer == "bytes":
+        return np.frombuffer(text.encode("utf-8"), dtype=np.uint8), {"tokenizer": "bytes", "vocab_size": 256}
+    if tokenizer == "chars":
+        vocab = sorted(set(text))
+        lookup = {c: i for i, c in enumerate(vocab)}
+        dtype = np.uint8 if len(vocab) <= 256 else np.int16 if len(vocab) <= 32767 else np.int32
+        ids = np.fromiter((lookup[c] for c in text), dtype=dtype, count=len(text))
+        return ids, {"tokenizer": "chars", "vocab_size": len(vocab), "vocab": "".join(vocab)}
+    raise StoreError(f"tokenizer {tokenizer!r} is unknown; choose 'bytes' or 'chars'.")
+
+
+def pack_tokens(src: str | os.PathLike, dest: str | os.PathLike, *, tokenizer: Tokenizer = "bytes",
+                seq_len: int = 256, **kw: Any) -> StoreIndex:
+    """Pack a text file as non-overlapping windows of ``seq_len`` tokens (the tail is dropped)."""
+    ids, meta = tokenize(Path(src).read_text(encoding="utf-8"), tokenizer)
+    n = len(ids) // seq_len
+    if n == 0:
+        raise StoreError(f"{src} has {len(ids)} tokens, fewer than one window of seq_len={seq_len}.\n"
+                         f"Tip: pass --seq-len {max(1, len(ids))} or less.")
+    meta.update({"source": "tokens", "seq_len": seq_len, "tokens": int(n * seq_len),
+                 "dropped_tail_tokens": int(len(ids) - n * seq_len)})
+    return pack_arrays(ids[: n * seq_len].reshape(n, seq_len), dest, meta={**meta, **kw.pop("meta", {})}, **kw)
+
+
+def pack_source(src: str | os.PathLike, dest: str | os.PathLike, *, tokenizer: Tokenizer = "bytes",
+                seq_len: int = 256, **kw: Any) -> StoreIndex:
+    """Pack whatever ``src`` is: a folder of ``.npy`` files, one ``.npy`` array, or a text file."""
+    src = Path(src)
+    if src.is_dir():
+        return pack_npy_folder(src, dest, **kw)
+    if not src.is_file():
+        raise StoreError(f"source {src} does not exist.")
+    if src.suffix == ".npy":
+        arr = _load_npy(src)
+        return pack_arrays(arr, dest, meta={"source": "array", "file": src.name}, **kw)
+    return pack_tokens(src, dest, tokenizer=tokenizer, seq_len=seq_len, **kw)
+
+
+def remove_store(path: str | os.PathLike) -> None:
+    """Delete a store directory (index first, so a crash midway leaves an invalid store)."""
+    path = Path(path)
+    (path / INDEX_NAME).unlink(missing_ok=True)
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,59 @@
+"""The input pipeline: rebuild a workload's DataLoader with the plan's loader arguments.
+
+Only workloads that give a loader factory (``Workload.loader``) can be changed; their
+batches as written are ``workload.batches``. The transform builds the training source
+once per run, so persistent workers live across epochs, and its Change stops them on revert.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from torchsmith.plan import LoaderConfig
+from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo, register
+
+
+def apply_loader(workload: Any, cfg: LoaderConfig) -> tuple[Iterable[Any], Change]:
+    """The training batch source under ``cfg``, and the Change describing it.
+
+    >>> source, change = apply_loader(load_workload("cnn-mini"), LoaderConfig(num_workers=2))
+    >>> change.summary
+    'DataLoader num_workers=2, prefetch_factor=2, persistent_workers=False, ...'
+    """
+    if workload.loader is None:
+        if cfg != LoaderConfig():
+            raise TransformError(
+                f"the plan sets loader arguments ({_set_fields(cfg)}) but workload {workload.name!r} has no "
+                "loader factory, so its batches cannot be rebuilt.\n"
+                "Tip: give Workload(loader=lambda cfg: torchsmith.data.loader.make_loader(dataset, cfg, ...)), "
+                "or drop the loader section from the plan.")
+        return workload.iter_batches(), Change("loader", "batches as written (no loader factory)")
+    source = workload.loader(cfg)
+    args = getattr(source, "args", None)
+    summary = f"DataLoader {args.describe()}" if args is not None else f"loader factory with {_set_fields(cfg)}"
+    change = Change("loader", summary, targets=["workload.loader"])
+    if hasattr(source, "close"):
+        change.on_revert(source.close)
+    return source, change
+
+
+def _set_fields(cfg: LoaderConfig) -> str:
+    fields = {k: v for k, v in vars(cfg).items() if v is not None}
+    return ", ".join(f"{k}={v}" for k, v in fields.items()) or "as written"
+
+
+def _candidates(device: DeviceInfo) -> list[LoaderConfig]:
+    # Workers overlap decoding with the step; persistent ones skip the start-up at every epoch.
+    # More workers than cores only adds contention with the trainer's own threads.
+    counts = sorted({1, max(1, device.cores // 2), max(1, device.cores - 1)})
+    pin = [None, True] if device.type == "cuda" else [None]
+    return [LoaderConfig(num_workers=n, persistent_workers=True, pin_memory=p) for n in counts for p in pin]
+
+
+register(TransformInfo(
+    name="loader",
+    plan_field="loader",
+    summary="DataLoader workers, prefetch and pinning for workloads with a loader factory.",
+    devices=frozenset({"cpu", "cuda"}),
+    candidates=_candidates,
+))
