@@ -1,0 +1,89 @@
+"""``torchsmith doctor``: say why training is slow, for a workload or an unmodified script."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from torchsmith.cli import app
+from torchsmith.cli.common import WORKLOAD_HELP, user_errors
+
+
+@app.command("doctor")
+def doctor_command(
+    target: Optional[List[str]] = typer.Argument(
+        None, help=WORKLOAD_HELP + " Default: gpt-mini. Or, after --, a command: -- python train.py --its --args"),
+    steps: int = typer.Option(3, "--steps", min=1, max=20, help="Steps to record (1-20) after 1 first, 1 wait and 1 warm-up step."),
+    report: Optional[Path] = typer.Option(None, "--report", help="Write a self-contained HTML report here."),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="Keep the Chrome/Perfetto trace here (size-capped)."),
+    verify: bool = typer.Option(False, "--verify", help="Workloads: re-measure each fix that maps to a plan knob."),
+    stop_after: bool = typer.Option(False, "--stop-after", help="Scripts: stop the script once the window is recorded."),
+    max_trace_mb: float = typer.Option(200.0, "--max-trace-mb", min=1.0, help="Cap on the kept trace file."),
+    device: str = typer.Option("auto", "--device", help="Workloads: cpu, cuda, cuda:1 or auto."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON instead of tables."),
+) -> None:
+    """Profile a few training steps and report where the time goes, with findings and fixes.
+
+    \b
+    torchsmith doctor mlp --report doctor.html --trace trace.json
+    torchsmith doctor --steps 5 -- python train.py --lr 3e-4
+    """
+    from torchsmith.profile.capture import CaptureConfig
+    from torchsmith.profile.doctor import DoctorError, doctor_script, doctor_workload, python_command, verify as verify_fixes
+    from torchsmith.report.console import console, error_console
+    from torchsmith.report.doctor import doctor_to_dict, render_doctor, write_doctor_html
+    from torchsmith.workload import BUILTIN_WORKLOADS, load_workload
+
+    args = list(target or [])
+    # One word that names a workload is a workload; anything else is the command to run.
+    is_script = len(args) > 1 or (len(args) == 1 and args[0] not in BUILTIN_WORKLOADS and ":" not in args[0])
+    with user_errors():
+        cfg = CaptureConfig(active=steps, stop_after=stop_after, max_trace_mb=max_trace_mb)
+        if is_script:
+            if verify:
+                raise ValueError("--verify re-runs a workload with a fix applied; it cannot edit a script.\n"
+                                 "Tip: apply the fix shown in the script, or describe it as a workload (mymod:workload).")
+            try:
+                result = doctor_script(python_command(args), cfg, trace=trace)
+            except DoctorError as err:
+                error_console.print(f"[bold red]error:[/] {err}", highlight=False, markup=False)
+                raise typer.Exit(getattr(err, "exit_code", 0) or 2) from None
+        else:
+            w = load_workload(args[0] if args else None)
+            with console.status(f"profiling {w.name}: {cfg.steps_needed} steps", spinner="dots") if not as_json else _null():
+                result = doctor_workload(w, cfg, device=None if device == "auto" else device, trace=trace)
+            if verify:
+                _verify(w, result, verify_fixes, as_json)
+    if as_json:
+        typer.echo(json.dumps(doctor_to_dict(result), indent=2))
+    else:
+        render_doctor(result, console)
+    if report:
+        write_doctor_html(result, report)
+        if not as_json:
+            console.print(f"report: {report}", style="dim")
+    if result.exit_code:
+        raise typer.Exit(result.exit_code)  # the script's own exit code passes through
+
+
+def _verify(workload, result, verify_fixes, quiet: bool) -> None:
+    from rich.progress import Progress
+
+    from torchsmith.report.console import console
+
+    if not any(f.verify_plan is not None for f in result.findings):
+        return
+    with Progress(console=console, transient=True, disable=quiet) as progress:
+        task = progress.add_task("verifying fixes", total=None)
+        verify_fixes(workload, result, on_step=lambda done, total: progress.update(task, completed=done, total=total))
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
