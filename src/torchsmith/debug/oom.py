@@ -97,7 +97,7 @@ def apply_auto_microbatch(parts: Any, enabled: bool) -> Change:
 @dataclass(frozen=True)
 class LiveTensor:
     what: str
-    """'param blocks.0.attn.c_attn.weight', 'grad ...', 'optimizer exp_avg of ...' or 'activation'."""
+    """'param blocks.0.attn.c_attn.weight', 'grad ...', 'optimizer exp_avg of ...' or 'activation or input'."""
     shape: list[int]
     dtype: str
     bytes: int
@@ -128,7 +128,7 @@ class OOMReport:
     note: str = EMPTY_CACHE_NOTE
 
     def describe(self) -> str:
-        gib = lambda n: f"{n / 2**30:.2f} GiB" if n >= 2**28 else f"{n / 2**20:.1f} MiB"  # noqa: E731
+        gib = _fmt_bytes
         lines = [f"torchsmith OOM explanation ({self.device}"
                  + (f", tried to allocate {gib(self.requested_bytes)}" if self.requested_bytes else "") + "):",
                  f"  parameters {gib(self.params)}, gradients {gib(self.grads)}, optimizer state "
@@ -136,6 +136,14 @@ class OOMReport:
         lines += [f"  largest: {t.what} {tuple(t.shape)} {t.dtype} {gib(t.bytes)}" for t in self.largest[:5]]
         lines += [f"  fix {i}: {f.name}, saves ~{gib(f.saving_bytes)}: {f.how}" for i, f in enumerate(self.fixes, 1)]
         return "\n".join(lines + ["  " + self.note])
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
 
 
 def _frames(tb: TracebackType | None) -> Iterator[Any]:
@@ -182,13 +190,16 @@ def explain(err: BaseException, model: nn.Module | None = None,
                 if isinstance(v, torch.Tensor):
                     names[v.untyped_storage()._cdata] = f"optimizer {k} of {n}"
     frame_tensors = [v for f in _frames(err.__traceback__) for v in f.f_locals.values() if isinstance(v, torch.Tensor)]
+    with warnings.catch_warnings():  # isinstance() on some lazy torch objects warns of deprecations
+        warnings.simplefilter("ignore")
+        others = [o for o in gc.get_objects() if isinstance(o, torch.Tensor)]
     live: dict[int, LiveTensor] = {}
-    for t in frame_tensors + _saved_tensors(frame_tensors) + [o for o in gc.get_objects() if isinstance(o, torch.Tensor)]:
+    for t in frame_tensors + _saved_tensors(frame_tensors) + others:
         key = t.untyped_storage()._cdata
         if key not in live:
-            live[key] = LiveTensor(names.get(key, "activation"), list(t.shape), str(t.dtype).removeprefix("torch."),
+            live[key] = LiveTensor(names.get(key, "activation or input"), list(t.shape), str(t.dtype).removeprefix("torch."),
                                    t.untyped_storage().nbytes())
-    acts = sum(t.bytes for t in live.values() if t.what == "activation")
+    acts = sum(t.bytes for t in live.values() if t.what == "activation or input")
     device = next((p.device for p in model.parameters()), torch.device("cpu")) if model is not None else torch.device("cpu")
     allocated = torch.cuda.memory_allocated(device) if device.type == "cuda" else None
     if allocated is not None and split is not None:
