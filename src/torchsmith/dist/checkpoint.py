@@ -1,0 +1,273 @@
+"""Distributed checkpoints with ``torch.distributed.checkpoint`` (DCP), one directory per step.
+
+Layout of ``ROOT/step_00000040/``::
+
+    __0_0.distcp ...    tensors: model and optimizer state (DCP; each rank writes its shards)
+    .metadata           DCP's index, written by rank 0 when every rank's data is written
+    rank_00000.json     per rank: RNG states, data position, the optimizer's non-tensor values
+    COMMITTED           written last, by rank 0, after a barrier: the directory is complete
+
+* A directory without ``COMMITTED`` is a save that was interrupted: resume ignores it and
+  reports it, and picks the newest committed step.
+* ``keep_last_k``: after a commit, rank 0 (alone) deletes older step directories.
+* Nothing is unpickled: DCP holds tensors only (DCP loads non-tensor values with
+  ``weights_only=False``, so none are given to it), and the rest is JSON.
+* Async save: DCP writes in a background thread on a separate gloo group; the commit happens
+  at the next save or at :func:`finish`, on every rank at the same point.
+
+Example::
+
+    saver = DistCheckpointer("ckpt", keep_last_k=3)
+    saver.save(step, parts, extras)               # every rank, same step
+    loaded = saver.load_latest(parts)             # every rank; None when there is none
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions, get_model_state_dict, get_optimizer_state_dict, set_model_state_dict,
+    set_optimizer_state_dict,
+)
+
+from torchsmith.engine.parts import StepParts
+
+MARKER = "COMMITTED"
+_STEP = re.compile(r"^step_(\d{8})$")
+_FLAT = StateDictOptions(flatten_optimizer_state_dict=True)
+
+
+class DistCheckpointError(RuntimeError):
+    """A distributed checkpoint that cannot be used; the message names the directory."""
+
+
+@dataclass(frozen=True)
+class DistLoaded:
+    path: Path
+    state: dict[str, Any]
+    """This rank's JSON extras (step, data position, RNG); model and optimizer are already loaded."""
+    skipped: list[tuple[Path, str]] = field(default_factory=list)
+    """Newer step directories that were incomplete, with the reason."""
+
+
+def step_dir(root: str | os.PathLike, step: int) -> Path:
+    return Path(root) / f"step_{step:08d}"
+
+
+def list_steps(root: str | os.PathLike) -> list[tuple[int, Path, bool]]:
+    """(step, directory, committed) for every step directory, oldest first."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP.match(p.name)) and p.is_dir()]
+    return [(s, p, (p / MARKER).is_file()) for s, p in sorted(found)]
+
+
+class DistCheckpointer:
+    """Save and resume one run's checkpoints in ``root``; every rank holds one, with the same arguments."""
+
+    def __init__(self, root: str | os.PathLike, *, keep_last_k: int | None = 3, async_save: bool = False):
+        if keep_last_k is not None and keep_last_k < 1:
+            raise ValueError(f"keep_last_k must be >= 1 or None (keep all), found {keep_last_k}.")
+        self.root = Path(root)
+        self.keep_last_k = keep_last_k
+        self.async_save = async_save
+        self._pending: tuple[Any, int, dict[str, Any]] | None = None
+        self._async_group = None
+
+    # --- save -------------------------------------------------------------------------
+
+    def save(self, step: int, parts: StepParts, extras: dict[str, Any]) -> Path:
+        """Write ``step`` on every rank; returns its directory (committed at once unless async).
+
+        ``extras`` is this rank's plain data (JSON types and tensors, which become lists).
+        """
+        self.finish()  # one save in flight at most: commit the previous one first
+        path = step_dir(self.root, step)
+        if dist.get_rank() == 0:
+            # Leftovers of an interrupted save of this step are cleared before anyone writes:
+            # the other ranks write only after dcp.save's first collective, which rank 0 joins after this.
+            shutil.rmtree(path, ignore_errors=True)
+            path.mkdir(parents=True)
+        tensors, optim_plain = _split(_state_dict(parts))
+        extras = {**extras, "step": step, "optim_plain": optim_plain}
+        if self.async_save:
+            if self._async_group is None:
+                # The background writer's collectives must not share a group with training's.
+                self._async_group = dist.new_group(backend="gloo")
+            future = dcp.async_save(tensors, checkpoint_id=str(path), process_group=self._async_group)
+            self._pending = (future, step, extras)
+        else:
+            dcp.save(tensors, checkpoint_id=str(path))
+            self._commit(step, extras)
+        return path
+
+    def finish(self) -> None:
+        """Wait for an async save in flight and commit it (every rank, at the same point)."""
+        if self._pending is not None:
+            future, step, extras = self._pending
+            self._pending = None
+            future.result()
+            self._commit(step, extras)
+
+    def _commit(self, step: int, extras: dict[str, Any]) -> None:
+        path = step_dir(self.root, step)
+        _write_json(path / f"rank_{dist.get_rank():05d}.json", _plain(extras))
+        dist.barrier()  # sync point: every rank's data and JSON are on disk before the marker
+        if dist.get_rank() == 0:
+            commit(path, {"step": step, "world_size": dist.get_world_size(), "time": time.time()})
+            self._retain()
+        dist.barrier()  # nobody starts the next save (or exits) while rank 0 still deletes
+
+    def _retain(self) -> None:
+        """Rank 0 only: keep the newest ``keep_last_k`` committed steps; drop what is older."""
+        if self.keep_last_k is None:
+            return
+        steps = list_steps(self.root)
+        committed = [s for s, _, ok in steps if ok]
+        if len(committed) <= self.keep_last_k:
+            return
+        oldest_kept = committed[-self.keep_last_k]
+        for s, p, _ in steps:
+            if s < oldest_kept:
+                shutil.rmtree(p, ignore_errors=True)
+
+    # --- load -------------------------------------------------------------------------
+
+    def load_latest(self, parts: StepParts) -> DistLoaded | None:
+        """Load the newest committed step into ``parts`` (every rank); None if there is none."""
+        skipped = [(p, f"incomplete: no {MARKER} marker (the save was interrupted)")
+                   for s, p, ok in reversed(list_steps(self.root)) if not ok]
+        committed = [(s, p) for s, p, ok in list_steps(self.root) if ok]
+        # Rank 0 chooses, everyone follows: all ranks must load the same step.
+        choice = torch.tensor([committed[-1][0] if committed else -1], device=parts.device)
+        dist.broadcast(choice, src=0)
+        if int(choice) < 0:
+            return None
+        step = int(choice)
+        path = step_dir(self.root, step)
+        skipped = [(p, why) for p, why in skipped if int(_STEP.match(p.name).group(1)) > step]
+        tensors, plain_template = _split(_state_dict(parts))
+        dcp.load(tensors, checkpoint_id=str(path))
+        mine = _read_rank_json(path, dist.get_rank())
+        optim_plain = {}
+        for rank_file in sorted(path.glob("rank_*.json")):  # ZeRO-1: each rank saved its own groups
+            optim_plain.update(json.loads(rank_file.read_text())["optim_plain"])
+        optim = {k: v for k, v in tensors.items() if k.startswith("optim.")}
+        for key, template in plain_template.items():
+            if key in optim_plain:
+                value = optim_plain[key]
+                optim[key] = tuple(value) if isinstance(template, tuple) else value
+            else:
+                optim[key] = template
+        model_sd = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
+        set_model_state_dict(_inner(parts.model), model_sd)
+        set_optimizer_state_dict(_inner(parts.model), _local_optimizer(parts),
+                                 {k[len("optim."):]: v for k, v in optim.items()}, options=_FLAT)
+        return DistLoaded(path, mine, skipped)
+
+
+def commit(path: Path, info: dict[str, Any]) -> None:
+    """Write the marker that makes ``path`` a complete checkpoint (last, atomically)."""
+    _write_json(path / MARKER, info)
+
+
+def load_model_tensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The model's full tensors from a step directory, in one process (no group needed).
+
+    >>> weights = load_model_tensors("ckpt/step_00000040")   # doctest: +SKIP
+    """
+    from torch.distributed.checkpoint import FileSystemReader
+
+    meta = FileSystemReader(str(path)).read_metadata()
+    out = {}
+    for key, md in meta.state_dict_metadata.items():
+        if key.startswith("model.") and hasattr(md, "size"):
+            out[key] = torch.empty(md.size, dtype=md.properties.dtype)
+    dcp.load(out, checkpoint_id=str(path), no_dist=True)
+    return {k[len("model."):]: v for k, v in out.items()}
+
+
+# --- helpers ---------------------------------------------------------------------------
+
+
+def _inner(model: torch.nn.Module) -> torch.nn.Module:
+    return model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
+
+
+def _local_optimizer(parts: StepParts) -> torch.optim.Optimizer:
+    # ZeRO-1: the local optimizer holds exactly the parameters this rank owns, so its
+    # state saves under those parameters' names and no two ranks write the same key.
+    return getattr(parts.optimizer, "optim", parts.optimizer)
+
+
+def _state_dict(parts: StepParts) -> dict[str, Any]:
+    model = _inner(parts.model)
+    state = {f"model.{k}": v for k, v in get_model_state_dict(model).items()}
+    optim = get_optimizer_state_dict(model, _local_optimizer(parts), options=_FLAT)
+    state.update({f"optim.{k}": v for k, v in optim.items()})
+    return state
+
+
+def _split(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Tensors (for DCP) and plain values (for JSON)."""
+    tensors = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
+    plain = {k: v for k, v in state.items() if not isinstance(v, torch.Tensor)}
+    return tensors, plain
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return {"__tensor__": value.tolist(), "dtype": str(value.dtype).removeprefix("torch.")}
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _unplain(value: Any) -> Any:
+    if isinstance(value, dict):
+        if "__tensor__" in value:
+            return torch.tensor(value["__tensor__"], dtype=getattr(torch, value["dtype"]))
+        return {k: _unplain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unplain(v) for v in value]
+    return value
+
+
+def _read_rank_json(path: Path, rank: int) -> dict[str, Any]:
+    mine = path / f"rank_{rank:05d}.json"
+    if not mine.is_file():
+        raise DistCheckpointError(
+            f"{path} holds no state for rank {rank} (it has {len(list(path.glob('rank_*.json')))} rank files): "
+            "the world size changed since it was saved.\n"
+            "Tip: resume with the same --nproc-per-node x --nnodes; model and optimizer tensors reshard, "
+            "but per-rank RNG streams do not."
+        )
+    return _unplain(json.loads(mine.read_text()))
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # make the rename durable before anyone trusts the directory
+    finally:
+        os.close(dir_fd)

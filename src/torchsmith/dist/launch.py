@@ -1,0 +1,105 @@
+"""Build and run the torchrun (``torch.distributed.run``) command for ``torchsmith launch``.
+
+torchsmith never starts workers itself: torchrun's elastic agent does (c10d or etcd-v2
+rendezvous, restarts on failure), and each worker runs ``python -m torchsmith.dist.worker``,
+the torchsmith command line under ``@record``.
+
+Example::
+
+    cfg = LaunchConfig(nproc_per_node=2, max_restarts=3)
+    cmd, notes = build_command(cfg, ["run", "mlp", "--steps", "100"])
+    # [python, -m, torch.distributed.run, --nnodes, 1, --nproc-per-node, 2, ..., -m, torchsmith.dist.worker, run, mlp, ...]
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchConfig:
+    nproc_per_node: int = 1
+    """Workers on this machine (one per GPU, or a few on a CPU)."""
+    nnodes: str = "1"
+    """``N`` or ``MIN:MAX`` nodes; with a range the job is elastic and goes on with MIN survivors."""
+    rdzv_backend: Literal["c10d", "etcd-v2"] = "c10d"
+    rdzv_endpoint: str | None = None
+    """``HOST:PORT`` every node reaches. None: a free port on 127.0.0.1 (this machine only)."""
+    rdzv_id: str | None = None
+    """Job id shared by the nodes of one job; None: a fresh one (single node)."""
+    max_restarts: int = 0
+    """Restarts of the whole worker group after a failure before torchrun gives up."""
+    log_dir: str | None = None
+    """Also write each worker's stdout/stderr to LOG_DIR/<run>/attempt_<n>/<rank>/."""
+
+
+WORKER = ["-m", "torchsmith.dist.worker"]
+
+
+def build_command(cfg: LaunchConfig, args: list[str], entry: list[str] = WORKER) -> tuple[list[str], list[str]]:
+    """The torchrun command line for ``torchsmith <args>`` on every worker, and notes to show.
+
+    ``entry`` is what each worker runs: the torchsmith command line, or a script path.
+    """
+    if cfg.nproc_per_node < 1 or cfg.max_restarts < 0:
+        raise ValueError(f"--nproc-per-node must be >= 1 and --max-restarts >= 0; found "
+                         f"{cfg.nproc_per_node} and {cfg.max_restarts}.")
+    if not args:
+        raise ValueError("nothing to launch.\nTip: torchsmith launch --nproc-per-node 2 -- run mlp --steps 100")
+    notes = []
+    endpoint = cfg.rdzv_endpoint
+    if endpoint is None:
+        if cfg.rdzv_backend == "etcd-v2":
+            raise ValueError("--rdzv-backend etcd-v2 needs --rdzv-endpoint HOST:PORT of the etcd server.\n"
+                             "Tip: --rdzv-endpoint 127.0.0.1:2379")
+        if cfg.nnodes != "1":
+            raise ValueError(f"--nnodes {cfg.nnodes} needs --rdzv-endpoint HOST:PORT that every node reaches; "
+                             "without one the rendezvous is on 127.0.0.1, which other machines cannot reach.\n"
+                             "Tip: --rdzv-endpoint <node0 address>:29400 on every node, with the same --rdzv-id.")
+        endpoint = f"127.0.0.1:{_free_port()}"
+        notes.append(f"rendezvous on {endpoint}: workers connect over loopback. PyTorch's TCPStore still "
+                     "listens on all interfaces of that port; firewall it on a shared host.")
+    host = endpoint.rsplit(":", 1)[0].strip("[]")
+    if cfg.rdzv_backend == "c10d" and not _is_loopback(host):
+        notes.append(f"warning: the c10d rendezvous store on {endpoint} is unauthenticated: anyone who can reach "
+                     "that port can join the job or read and write its keys. Use it only on a trusted network.")
+    cmd = [sys.executable, "-m", "torch.distributed.run",
+           "--nnodes", cfg.nnodes, "--nproc-per-node", str(cfg.nproc_per_node),
+           "--rdzv-backend", cfg.rdzv_backend, "--rdzv-endpoint", endpoint,
+           "--rdzv-id", cfg.rdzv_id or uuid.uuid4().hex[:12],
+           "--max-restarts", str(cfg.max_restarts)]
+    if cfg.log_dir:
+        cmd += ["--log-dir", cfg.log_dir, "--tee", "3"]
+    cmd += [*entry, *args]
+    return cmd, notes
+
+
+def run_command(cmd: list[str], env: dict[str, str] | None = None) -> int:
+    """Run torchrun in the foreground; its exit status (0 only if the job finished)."""
+    env = dict(os.environ if env is None else env)
+    # Gloo picks the interface of the host name by default; on one machine, use loopback.
+    if "--rdzv-endpoint" in cmd and _is_loopback(cmd[cmd.index("--rdzv-endpoint") + 1].rsplit(":", 1)[0]):
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    return subprocess.call(cmd, env=env)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

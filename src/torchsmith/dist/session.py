@@ -1,0 +1,73 @@
+"""What ``engine.run`` does differently inside a torchrun worker.
+
+* the plan's ``parallel`` is ``Single()`` by default; under torchrun with more than one
+  rank that would train independent replicas, so it becomes ``DDP()``;
+* every rank reads the same global batches and trains on its own slice of each;
+* checkpoints are DCP step directories (:mod:`torchsmith.dist.checkpoint`), with this
+  rank's RNG states and the (shared) data position;
+* the reported losses are the mean over ranks: the loss of the global batch.
+
+Example::
+
+    session = DistSession.from_env(device, checkpoint_dir)   # None outside torchrun
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from torchsmith.dist.checkpoint import DistCheckpointer, DistLoaded
+from torchsmith.dist.runtime import DistContext, init_from_env, mean_over_ranks, shard_batch
+from torchsmith.engine.checkpoint import rng_state
+from torchsmith.plan import DDP, Plan, Single
+
+
+class DistSession:
+    def __init__(self, ctx: DistContext, checkpoint_dir: str | os.PathLike | None,
+                 keep_last_k: int | None = 3, async_save: bool = False):
+        self.ctx = ctx
+        self.checkpointer = (DistCheckpointer(checkpoint_dir, keep_last_k=keep_last_k, async_save=async_save)
+                             if checkpoint_dir is not None else None)
+
+    @classmethod
+    def from_env(cls, device: torch.device, checkpoint_dir: str | os.PathLike | None,
+                 **checkpoint_options: Any) -> "DistSession | None":
+        ctx = init_from_env(device)
+        return cls(ctx, checkpoint_dir, **checkpoint_options) if ctx is not None else None
+
+    def plan(self, plan: Plan) -> Plan:
+        if isinstance(plan.parallel, Single) and self.ctx.world_size > 1:
+            return plan.replace(parallel=DDP())
+        return plan
+
+    def shard(self, batch: Any) -> Any:
+        return shard_batch(batch, self.ctx.rank, self.ctx.world_size)
+
+    def load_latest(self, step_fn: Any) -> DistLoaded | None:
+        """Model and optimizer are restored in place; ``.state`` holds the rest for ``run``."""
+        return self.checkpointer.load_latest(step_fn.parts)
+
+    def save(self, step_fn: Any, step: int, plan: Plan, position: tuple[int, int], epoch_rng: dict) -> Path:
+        parts = step_fn.parts
+        extras = {
+            "scheduler": parts.scheduler.state_dict() if parts.scheduler is not None else None,
+            "scaler": parts.scaler.state_dict() if parts.scaler is not None else None,
+            "rng": rng_state(),  # this rank's: dropout masks differ per rank
+            "epoch_rng": epoch_rng,
+            "data_position": {"epoch": position[0], "index": position[1]},
+            "plan": plan.to_dict(),
+            "world_size": self.ctx.world_size,
+        }
+        return self.checkpointer.save(step, parts, extras)
+
+    def losses(self, losses: torch.Tensor) -> torch.Tensor:
+        """Per-step losses of this rank's slices -> losses of the global batches (one all-reduce)."""
+        return mean_over_ranks(losses)
+
+    def finish(self) -> None:
+        if self.checkpointer is not None:
+            self.checkpointer.finish()

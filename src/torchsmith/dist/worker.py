@@ -1,0 +1,21 @@
+"""The entry point torchrun starts in each worker: the torchsmith command line under ``@record``.
+
+``@record`` writes an uncaught exception to torchrun's error file, so when a worker fails the
+launcher's summary names the rank and the original exception with its traceback, instead of
+only an exit code.
+"""
+
+from __future__ import annotations
+
+from torch.distributed.elastic.multiprocessing.errors import record
+
+
+@record
+def main() -> None:
+    from torchsmith.cli import app
+
+    app()
+
+
+if __name__ == "__main__":
+    main()
