@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -154,6 +155,10 @@ def _import_module(spec: str, module_part: str):
         sys.path.insert(0, str(path.parent.resolve()))
         module_spec.loader.exec_module(module)
         return module
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        # `torchsmith tune mymod:workload` should find mymod.py in the current directory, as
+        # `python -m` would; the console script does not put the cwd on sys.path by itself.
+        sys.path.insert(0, os.getcwd())
     try:
         return importlib.import_module(module_part)
     except ModuleNotFoundError as err:
