@@ -80,14 +80,18 @@ def doctor_workload(workload: Workload, cfg: CaptureConfig | None = None, *, pla
 
 
 def doctor_script(command: list[str], cfg: CaptureConfig | None = None, *,
-                  trace: str | os.PathLike | None = None) -> DoctorReport:
+                  trace: str | os.PathLike | None = None, env: dict[str, str] | None = None) -> DoctorReport:
     """Run ``command`` unmodified with the capture hooked in at interpreter start-up.
 
     Raises :class:`DoctorError` (carrying ``exit_code``) when there is nothing to diagnose.
     """
     cfg = cfg or CaptureConfig()
     with tempfile.TemporaryDirectory(prefix="torchsmith-doctor-") as tmp:
-        code = subprocess.call(command, env=_script_env(tmp, cfg))
+        try:
+            code = subprocess.call(command, env=_script_env(tmp, cfg, env))
+        except FileNotFoundError:
+            raise DoctorError(f"cannot run `{command[0]}`: no such program on PATH.\n"
+                              f"Tip: name the interpreter by path, e.g. -- {sys.executable} train.py") from None
         facts_path = Path(tmp) / "facts.json"
         shown = " ".join(command)
         if not facts_path.exists():
@@ -141,7 +145,7 @@ def _report(target: str, mode: str, facts: Facts, tmp: Path, trace: str | os.Pat
     if plan is not None:
         facts.config["plan"] = plan.to_dict()
     analysis = analyse_trace(tmp / "trace.json")
-    ctx = DoctorContext(analysis, facts, mode, plan)  # type: ignore[arg-type]
+    ctx = DoctorContext(analysis, facts, mode, plan, target if mode == "workload" else "mymod:workload")  # type: ignore[arg-type]
     kept, note = keep_trace(tmp / "trace.json", trace, cfg, len(analysis.steps))
     return DoctorReport(target, mode, analysis, facts, diagnose(ctx), ctx.memory(), kept, note)
 
@@ -165,10 +169,10 @@ def keep_trace(src: Path, dest: str | os.PathLike | None, cfg: CaptureConfig, st
     return dest, note + f"; Python frames dropped to fit: {dest.stat().st_size / 1e6:.1f} MB kept"
 
 
-def _script_env(out_dir: str, cfg: CaptureConfig) -> dict[str, str]:
+def _script_env(out_dir: str, cfg: CaptureConfig, base: dict[str, str] | None = None) -> dict[str, str]:
     from torchsmith.profile.inject import ENV_KEY
 
-    env = dict(os.environ)
+    env = dict(os.environ if base is None else base)
     here = Path(__file__).resolve().parent
     paths = [str(here / "_inject")]
     package_root = here.parent.parent  # holds the `torchsmith` package

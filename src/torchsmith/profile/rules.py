@@ -53,6 +53,8 @@ class DoctorContext:
     mode: Literal["script", "workload"]
     plan: Plan | None = None
     """The plan the workload ran under (workload mode)."""
+    target: str = "WORKLOAD"
+    """The workload's name, for commands in fixes."""
 
     @property
     def on_cpu(self) -> bool:
@@ -305,7 +307,7 @@ def untested_compile_amp(ctx: DoctorContext) -> Finding | None:
         return None
     if not evidence:
         return None
-    target = "WORKLOAD" if ctx.mode == "script" else "<this workload>"
+    target = "mymod:workload" if ctx.mode == "script" else ctx.target
     return Finding("untested-compile-amp", "torch.compile / autocast not measured here", "info", evidence,
                    f"torchsmith tune {target}   # measures compile and autocast on this machine and keeps what wins",
                    "unknown until measured: on some machines either one is slower", 0.0)

@@ -1,0 +1,82 @@
+"""The trace analysis on hand-built traces whose breakdown is known exactly."""
+
+import json
+
+import pytest
+
+from torchsmith.profile.analysis import analyse_trace
+
+TID = 7
+
+
+def _x(name, ts, dur, cat="cpu_op", **args):
+    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 1, "tid": TID, "args": args}
+
+
+def _step(t0, item_in_optimizer=True, item_in_step=True, pyid=0):
+    """One 1000 us step: data 300, forward 200, backward 300, optimizer 150, sync 30, other 20."""
+    evs = [
+        _x(f"ProfilerStep#{t0}", t0, 1000, cat="user_annotation"),
+        _x("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t0, 300, cat="user_annotation"),
+        _x("train.py(20): main", t0, 1000, cat="python_function", **{"Python id": pyid + 1, "Python parent id": 0}),
+        _x("nn.Module: Net_0", t0 + 300, 150, cat="python_function", **{"Python id": pyid + 2, "Python parent id": pyid + 1}),
+        _x("aten::addmm", t0 + 310, 100, **{"Input Dims": [[4], [8, 4], [4, 4]], "Input type": ["float"]}),
+        _x("torch/_tensor.py(570): backward", t0 + 500, 300, cat="python_function",
+           **{"Python id": pyid + 3, "Python parent id": pyid + 1}),
+        _x("autograd::engine::evaluate_function: AddmmBackward0", t0 + 510, 200),
+        _x("AddmmBackward0", t0 + 511, 190),
+        _x("aten::mm", t0 + 520, 150),
+        _x("Optimizer.step#SGD.step", t0 + 800, 150, cat="user_annotation"),
+    ]
+    if item_in_optimizer:  # the optimizer's own .item() on a CPU step counter: not a sync finding
+        evs.append(_x("aten::item", t0 + 810, 5))
+    if item_in_step:
+        evs += [_x("<built-in method item of Tensor object>", t0 + 960, 30, cat="python_function",
+                   **{"Python id": pyid + 4, "Python parent id": pyid + 1}),
+                _x("aten::item", t0 + 960, 30), _x("aten::_local_scalar_dense", t0 + 965, 20)]
+    return evs
+
+
+def _write(tmp_path, events):
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def test_breakdown_matches_known_spans(tmp_path):
+    a = analyse_trace(_write(tmp_path, _step(0) + _step(1000, pyid=10)))
+    assert len(a.steps) == 2
+    expected = {"data": 300e-6, "forward": 200e-6, "backward": 300e-6, "optimizer": 150e-6, "sync": 30e-6, "other": 20e-6}
+    for cat, seconds in expected.items():
+        assert a.seconds(cat) == pytest.approx(seconds, abs=1e-9), cat
+    assert a.share("data") == pytest.approx(0.3)
+    # one sync per step (item + its nested _local_scalar_dense), located in the user's frame
+    assert a.steps_with_sync == 2
+    assert [(s.where, s.count) for s in a.sync_sites] == [("train.py:20 in main", 2)]
+    # self time: AddmmBackward0 190 - mm 150; the evaluate_function wrapper is transparent
+    ops = {o.name: o for o in a.top_ops}
+    assert ops["AddmmBackward0"].self_seconds == pytest.approx(2 * 40e-6)
+    assert ops["aten::addmm"].shapes == "(4,), (8, 4), (4, 4)"
+    assert a.ops_per_step == 2  # addmm in forward, AddmmBackward0 in backward
+
+
+def test_no_sync_when_only_the_optimizer_reads_scalars(tmp_path):
+    a = analyse_trace(_write(tmp_path, _step(0, item_in_step=False)))
+    assert a.steps_with_sync == 0 and a.sync_sites == []
+    assert a.seconds("optimizer") == pytest.approx(150e-6)
+    assert a.seconds("other") == pytest.approx(50e-6)
+
+
+def test_cpu_memory_peak_per_step(tmp_path):
+    def mem(ts, nbytes, addr):
+        return {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "ts": ts, "pid": 1, "tid": TID,
+                "args": {"Bytes": nbytes, "Addr": addr, "Device Type": 0, "Total Allocated": 0}}
+    events = _step(0) + [mem(10, 100, 1), mem(20, 50, 2), mem(30, -100, 1), mem(40, -999, 99), mem(50, 200, 3)]
+    a = analyse_trace(_write(tmp_path, events))
+    # running: 100, 150, 50, (free of an unknown block ignored) 50, 250
+    assert a.peak_delta_bytes == [250]
+
+
+def test_a_trace_without_steps_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="no ProfilerStep"):
+        analyse_trace(_write(tmp_path, [_x("aten::mm", 0, 10)]))
