@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -149,13 +150,17 @@ def run(workload: Workload, plan: Plan | None = None, *, steps: int = 100, eval_
     losses: list[torch.Tensor] = []
     val_losses: list[tuple[int, float]] = []
     checkpoints: list[Path] = []
+    memory: dict[str, Any] = {}
     if cb.on_start:
         cb.on_start(start, steps)
     for step in range(start + 1, steps + 1):
         t0 = time.perf_counter()
         epoch, index, batch, epoch_rng = next(batches)
         timer.add("data", time.perf_counter() - t0)
-        losses.append(step_fn(distributed.shard(batch) if distributed else batch))
+        # Peak memory is tracked on the second step (a warm-up step, outside the median): the first
+        # may include compilation, and tracking costs ~10% of a step on CPU.
+        with _track_memory(step_fn, memory, enabled=step == min(start + 2, steps)):
+            losses.append(step_fn(distributed.shard(batch) if distributed else batch))
         times = timer.end_step()
         if cb.on_step:
             read = step % log_every == 0 or step == steps
@@ -188,7 +193,22 @@ def run(workload: Workload, plan: Plan | None = None, *, steps: int = 100, eval_
         throughput=per_batch / summary.step_median if per_batch and summary.step_median else None,
         throughput_unit=f"{unit}/s", resumed_from=resumed, skipped_checkpoints=skipped,
         checkpoints=checkpoints, changes=step_fn.describe() + ([f"loader: {loader_change.summary}"] if workload.loader else []),
+        metrics=memory,
     )
+
+
+@contextmanager
+def _track_memory(step_fn: Step, out: dict[str, Any], enabled: bool) -> Iterator[None]:
+    if not enabled:
+        yield
+        return
+    from torchsmith.measure.memory import track_peak_memory
+
+    parts = step_fn.parts
+    with track_peak_memory(parts.device, live=(parts.model, parts.optimizer)) as mem:
+        yield
+    out["peak_memory_bytes"] = mem.result.peak_bytes
+    out["peak_memory_method"] = mem.result.method
 
 
 def _batches(workload: Workload, epoch: int, index: int, resume_rng: tuple[dict, dict] | None = None,

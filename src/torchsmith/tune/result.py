@@ -9,7 +9,8 @@ from typing import Any, Literal
 from torchsmith.measure.compare import PlanMeasurement
 from torchsmith.plan import Plan
 
-Status = Literal["baseline", "accepted", "slower", "rejected", "failed"]
+Status = Literal["baseline", "accepted", "slower", "rejected", "failed", "n/a"]
+"""n/a: the transform refused to apply to this model (e.g. channels_last without convolutions)."""
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,8 @@ class Candidate:
     compile_seconds: float | None
     reason: str = ""
     """Why it was rejected, failed or not kept, with the measured numbers."""
+    change: str = ""
+    """The knob value this candidate tried on top of the best plan so far, e.g. 'compile.enabled=True'."""
 
     @property
     def label(self) -> str:
@@ -38,12 +41,12 @@ class Candidate:
 
     @classmethod
     def from_measurement(cls, m: PlanMeasurement, base: PlanMeasurement, knob: str, status: Status,
-                         reason: str = "") -> "Candidate":
+                         reason: str = "", change: str = "") -> "Candidate":
         speed = base.step_seconds / m.step_seconds if m.step_seconds and base.step_seconds else None
         mem = (m.peak_memory_bytes / base.peak_memory_bytes
                if m.peak_memory_bytes and base.peak_memory_bytes else None)
         return cls(m.plan, knob, status, m.step_seconds, speed, m.peak_memory_bytes, mem,
-                   m.loss_rel_diff, m.param_rel_diff, m.compile_seconds, reason)
+                   m.loss_rel_diff, m.param_rel_diff, m.compile_seconds, reason, change or m.plan.describe())
 
 
 @dataclass

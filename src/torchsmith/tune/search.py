@@ -114,7 +114,7 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
         if base_m.error:
             raise TuneError(f"the baseline of {workload.name} failed while measuring {dim.name}: {base_m.error}")
         if not candidates:
-            candidates.append(Candidate.from_measurement(base_m, base_m, "baseline", "baseline"))
+            candidates.append(Candidate.from_measurement(base_m, base_m, "baseline", "baseline", change="as written"))
         best_m = ms[1] if best != Plan() else ms[0]
         winner = _choose(dim, ms[len(plans) - len(dim.candidates):], best_m, base_m, guard, memory_limit,
                          candidates)
@@ -151,29 +151,31 @@ def _choose(dim: Dimension, measured: list[PlanMeasurement], current: PlanMeasur
     """Classify each candidate of one knob and return the winner, if any beats ``current``."""
     current_fits = _fits(current, memory_limit)
     winner: Candidate | None = None
-    for m in measured:
+    for value, m in zip(dim.candidates, measured):
+        change = Plan().replace(**{dim.plan_field: value}).describe()
         if m.error:
-            out.append(Candidate.from_measurement(m, base, dim.name, "failed", m.error))
+            status = "n/a" if m.error.startswith("TransformError") else "failed"
+            out.append(Candidate.from_measurement(m, base, dim.name, status, m.error, change))
             continue
         reason = guard_rejection(m, guard)
         if reason is None and not _fits(m, memory_limit):
             reason = f"peak memory {m.peak_memory_bytes / 2**20:.1f} MiB exceeds the limit {memory_limit / 2**20:.1f} MiB"
         if reason:
-            out.append(Candidate.from_measurement(m, base, dim.name, "rejected", reason))
+            out.append(Candidate.from_measurement(m, base, dim.name, "rejected", reason, change))
             continue
         target = winner.step_seconds if winner else current.step_seconds
         faster = m.step_seconds < target * (1 - NOISE_MARGIN)
         if faster or (not current_fits and winner is None):
-            c = Candidate.from_measurement(m, base, dim.name, "accepted")
+            c = Candidate.from_measurement(m, base, dim.name, "accepted", change=change)
             if winner is not None:
-                out[out.index(winner)] = _demote(winner, f"{c.label} was faster")
+                out[out.index(winner)] = _demote(winner, f"{c.change} was faster")
             winner = c
             out.append(c)
         else:
             ratio = current.step_seconds / m.step_seconds
             out.append(Candidate.from_measurement(
                 m, base, dim.name, "slower",
-                f"{ratio:.2f}x the current best's speed (needs > {1 + NOISE_MARGIN:.2f}x to win)"))
+                f"{ratio:.2f}x the current best's speed (needs > {1 + NOISE_MARGIN:.2f}x to win)", change))
     return winner
 
 

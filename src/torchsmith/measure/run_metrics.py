@@ -1,0 +1,49 @@
+"""FLOPs per step, the machine's peak and MFU for a finished run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from torchsmith.engine.loop import RunResult, resolve_device, seed_everything
+from torchsmith.engine.step import to_device
+from torchsmith.measure.flops import count_flops
+from torchsmith.measure.peak import machine_peak_flops, mfu
+from torchsmith.plan import Autocast
+from torchsmith.workload import Workload
+
+
+def measure_run_metrics(workload: Workload, result: RunResult) -> dict[str, Any]:
+    """FLOPs of one forward+backward (counted on a fresh eager model, so a compiled plan's
+    count is the same maths), the measured peak matmul FLOP/s and MFU.
+
+    The optimizer's element-wise update is not counted (FlopCounterMode counts matmul-class
+    ops), which is the usual convention for MFU.
+
+    Example::
+
+        metrics = measure_run_metrics(workload, torchsmith.run(workload, steps=20))
+        metrics["mfu"]
+    """
+    device = resolve_device(result.device)
+    flops = _flops_per_step(workload, device)
+    dtype = torch.bfloat16 if isinstance(result.plan.precision, Autocast) and result.plan.precision.dtype == "bfloat16" \
+        else torch.float16 if isinstance(result.plan.precision, Autocast) else torch.float32
+    peak = machine_peak_flops(device.type, dtype)
+    step_s = result.phases.step_median
+    return {
+        "flops_per_step": flops,
+        "peak_flops_per_s": peak.flops_per_s,
+        "peak_dtype": peak.dtype,
+        "mfu": mfu(flops, step_s, peak) if step_s and flops else None,
+    }
+
+
+def _flops_per_step(workload: Workload, device: torch.device) -> int:
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        seed_everything(workload.seed)
+        model = workload.model().to(device)
+        batch = to_device(next(iter(workload.iter_batches())), device)
+        stats = count_flops(lambda: workload.loss(model, batch).backward())
+    return stats.total

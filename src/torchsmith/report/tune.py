@@ -1,0 +1,70 @@
+"""Terminal rendering of a tuning run: progress bar and summary."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from torchsmith.report.console import console, fmt_bytes, fmt_rate
+from torchsmith.tune.result import TuneResult
+from torchsmith.tune.search import TuneProgress
+
+
+@contextmanager
+def tune_progress(quiet: bool = False) -> Iterator[Any]:
+    """A progress callback: candidates done, the knob being measured, the best so far, budget left."""
+    if quiet:
+        yield None
+        return
+    progress = Progress(TextColumn("[bold]tune[/] {task.fields[knob]:<13}"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("best: {task.fields[best]}"), TimeElapsedColumn(),
+                        TextColumn("of {task.fields[budget]}"), console=console)
+    task = progress.add_task("tune", total=None, knob="", best="", budget="")
+
+    def update(p: TuneProgress) -> None:
+        speed = f" ({p.best_speedup:.2f}x)" if p.best_speedup else ""
+        progress.update(task, total=p.total, completed=p.done, knob=p.knob, best=p.best + speed,
+                        budget=f"{p.budget:.0f} s budget")
+
+    with progress:
+        yield update
+
+
+def render_tune(r: TuneResult, out: Console = console, top: int = 8) -> None:
+    for note in r.notes:
+        out.print(f"[yellow]note:[/] {note}")
+    summary = Table(title=f"torchsmith tune · {r.workload} · {r.device}", show_header=False)
+    summary.add_column(justify="left")
+    summary.add_column(justify="right")
+    summary.add_row("tuned plan", r.plan.describe())
+    summary.add_row("speedup vs as written (re-measured side by side)", f"{r.speedup or 1:.2f}x")
+    summary.add_row("throughput", f"{fmt_rate(r.throughput(r.baseline), r.throughput_unit)} -> "
+                                  f"{fmt_rate(r.throughput(r.best), r.throughput_unit)}")
+    summary.add_row("peak memory", f"{fmt_bytes(r.baseline.peak_memory_bytes)} -> {fmt_bytes(r.best.peak_memory_bytes)}"
+                    + (f" ({r.best.memory_ratio:.2f}x)" if r.best.memory_ratio else ""))
+    summary.add_row("search time", f"{r.elapsed_seconds:.0f} s of {r.budget_seconds:.0f} s budget")
+    out.print(summary)
+
+    ranked = sorted((c for c in r.candidates if c.speedup), key=lambda c: -(c.speedup or 0))[:top]
+    table = Table(title="top candidates (speed vs the baseline measured beside them)")
+    for col in ("status", "change tried", "speed", "memory", "loss diff", "note"):
+        table.add_column(col, justify="right" if col in ("speed", "memory", "loss diff") else "left")
+    style = {"accepted": "green", "rejected": "red", "failed": "yellow"}
+    for c in ranked + [c for c in r.candidates if c.status in ("failed", "n/a")]:
+        table.add_row(f"[{style.get(c.status, 'dim')}]{c.status}[/]", c.change,
+                      f"{c.speedup:.2f}x" if c.speedup else "-",
+                      f"{c.memory_ratio:.2f}x" if c.memory_ratio else "-",
+                      f"{c.loss_rel_diff:.1e}" if c.loss_rel_diff is not None else "-", _first_sentence(c.reason))
+    out.print(table)
+    for knob, why in r.skipped:
+        out.print(f"[dim]not searched: {knob}: {why}[/]")
+
+
+def _first_sentence(text: str, limit: int = 90) -> str:
+    text = text.split(":", 1)[1].strip() if text.startswith(("TransformError:", "RuntimeError:")) else text
+    first = text.split(". ")[0].split("\n")[0]
+    return first if len(first) <= limit else first[: limit - 1] + "…"

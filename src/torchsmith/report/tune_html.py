@@ -1,0 +1,106 @@
+"""The self-contained HTML report of a tuning run."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from torchsmith.report.console import fmt_bytes, fmt_rate
+from torchsmith.report.html import esc, figure_to_img, fingerprint_table, page, table
+from torchsmith.tune.result import Candidate, TuneResult
+
+_COLOURS = {"baseline": "#6e7781", "accepted": "#1a7f37", "slower": "#8c959f", "rejected": "#cf222e",
+            "failed": "#9a6700", "n/a": "#d0d7de"}
+
+
+def write_tune_report(result: TuneResult, path: str | os.PathLike) -> Path:
+    """Write the report atomically and return its path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp", encoding="utf-8") as tmp:
+        tmp.write(render_tune_html(result))
+    os.replace(tmp.name, path)
+    return path
+
+
+def render_tune_html(r: TuneResult) -> str:
+    unit = r.throughput_unit
+    measured = [c for c in r.candidates if c.step_seconds]
+    kpis = (
+        f"<div class=kpi><div>speedup<b class={'ok' if (r.speedup or 0) > 1 else ''}>{r.speedup or 1:.2f}x</b></div>"
+        f"<div>baseline<b>{fmt_rate(r.throughput(r.baseline), unit)}</b></div>"
+        f"<div>tuned<b>{fmt_rate(r.throughput(r.best), unit)}</b></div>"
+        f"<div>peak memory<b>{fmt_bytes(r.best.peak_memory_bytes)}</b>vs {fmt_bytes(r.baseline.peak_memory_bytes)}</div>"
+        f"<div>search time<b>{r.elapsed_seconds:.0f} s</b>budget {r.budget_seconds:.0f} s</div></div>"
+    )
+    sections = [
+        kpis,
+        f"<h2>Tuned plan</h2><p><b>{esc(r.plan.describe())}</b></p>",
+        "".join(f"<p class=warn>{esc(n)}</p>" for n in r.notes),
+        "<h2>Throughput per candidate</h2>" + _bar_chart(r, measured, "throughput"),
+        "<h2>Peak memory per candidate</h2>" + _bar_chart(r, measured, "memory"),
+        "<h2>Loss: baseline vs tuned (same seed, same batches)</h2>" + _loss_chart(r),
+        "<h2>All candidates</h2>" + _candidate_table(r, r.candidates),
+        "<h2>Rejected and failed</h2>" + (_candidate_table(r, [c for c in r.candidates if c.status in ("rejected", "failed", "n/a")])
+                                          or "<p>none</p>"),
+        "<h2>Not searched</h2>" + (table(["knob", "why"], r.skipped) if r.skipped else "<p>every knob was searched</p>"),
+        f"<h2>Guard</h2><p>loss within {r.guard.loss_rtol:.1%} of the baseline at every measured step; final "
+        f"parameters within {r.guard.param_rtol:.1%} of the distance training moved them.</p>",
+        f"<h2>Machine</h2><p>device: {esc(r.device)}</p>" + fingerprint_table(r.fingerprint),
+        "<h2>Use it</h2><pre>step = torchsmith.prepare(torchsmith.Plan.load(\"plan.json\"), model, optimizer, loss_fn)\n"
+        "for batch in loader:\n    loss = step(batch)</pre>",
+    ]
+    return page(f"torchsmith tune · {r.workload}", f"{r.device} · {len(r.candidates)} candidates measured", sections)
+
+
+def _candidate_table(r: TuneResult, cands: list[Candidate]) -> str:
+    if not cands:
+        return ""
+    rows = [(c.status, c.knob, c.change, f"{c.speedup:.2f}x" if c.speedup else "-",
+             fmt_rate(r.throughput(c), r.throughput_unit), fmt_bytes(c.peak_memory_bytes),
+             f"{c.loss_rel_diff:.2e}" if c.loss_rel_diff is not None else "-",
+             f"{c.compile_seconds:.1f} s" if c.compile_seconds is not None else "-", c.reason) for c in cands]
+    return table(["status", "knob", "change tried", "speed vs baseline", "throughput", "peak memory", "max loss diff",
+                  "compile", "why"], rows, numeric=(3, 4, 5, 6, 7))
+
+
+def _bar_chart(r: TuneResult, cands: list[Candidate], what: str) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not cands:
+        return "<p>no candidate was measured</p>"
+    values = [(r.throughput(c) or 0) if what == "throughput" else (c.peak_memory_bytes or 0) / 2**20 for c in cands]
+    fig, ax = plt.subplots(figsize=(10, 0.38 * len(cands) + 1.2))
+    labels = [c.change if len(c.change) < 60 else c.change[:58] + "…" for c in cands]
+    ax.barh(range(len(cands)), values, color=[_COLOURS[c.status] for c in cands])
+    ax.set_yticks(range(len(cands)), labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel(r.throughput_unit if what == "throughput" else "peak memory (MiB)")
+    if what == "memory" and r.memory_limit_bytes:
+        ax.axvline(r.memory_limit_bytes / 2**20, color="#cf222e", linestyle="--", label="memory limit")
+        ax.legend()
+    handles = [plt.Rectangle((0, 0), 1, 1, color=col) for col in _COLOURS.values()]
+    ax.legend(handles, list(_COLOURS), fontsize=7, loc="lower right")
+    return figure_to_img(fig, f"{what} per candidate")
+
+
+def _loss_chart(r: TuneResult) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not r.baseline_losses:
+        return "<p>no losses recorded</p>"
+    fig, ax = plt.subplots(figsize=(8, 3))
+    ax.plot(range(1, len(r.baseline_losses) + 1), r.baseline_losses, marker="o", label="as written")
+    if r.best_losses and r.plan.describe() != "as written":
+        ax.plot(range(1, len(r.best_losses) + 1), r.best_losses, marker="x", linestyle="--", label="tuned")
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss")
+    ax.legend()
+    return figure_to_img(fig, "loss of baseline and tuned plan")
