@@ -1,0 +1,280 @@
+"""The machine's peak matmul throughput, measured once and cached, and MFU against it.
+
+A datasheet peak is not what PyTorch reaches on this machine with this thread count
+and this BLAS, so it is measured: square matmuls of a few sizes, best sustained rate
+after a warm-up. The result is cached per (device, dtype, threads, torch version,
+fp32 matmul precision) in ``$TORCHSMITH_CACHE_DIR/peak_flops.json``, default
+``~/.cache/torchsmith/peak_flops.json``.
+
+Example::
+
+    peak = machine_peak_flops("cpu")            # ~1.5 s the first time, then cached
+    print(mfu(stats.total, step_seconds, peak))  # stats from count_flops
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+import warnings
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from torchsmith.measure.fingerprint import machine_fingerprint
+
+__all__ = ["PeakFlops", "machine_peak_flops", "mfu", "cache_path"]
+
+CACHE_ENV = "TORCHSMITH_CACHE_DIR"
+CACHE_FILE = "peak_flops.json"
+
+# Sizes tried, smallest first. CPU: 1024^3 fp32 is ~2 GFLOP, tens of ms on a laptop
+# core. CUDA: big enough to saturate tensor cores, small enough to stay well under 1 s.
+_SIZES = {"cpu": (256, 512, 1024), "cuda": (2048, 4096, 8192)}
+_BUDGET_S = {"cpu": 1.5, "cuda": 2.0}
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+_ROUND_S = 0.05  # one timed round: long enough to dwarf timer and launch overhead
+_ROUNDS = 3  # best of this many rounds per size
+
+
+@dataclass(frozen=True, kw_only=True)
+class PeakFlops:
+    """Best sustained matmul throughput measured on this machine."""
+
+    flops_per_s: float
+    """Best sustained FLOP/s over the sizes tried (one multiply-add = 2 FLOPs)."""
+    dtype: str
+    """Matmul dtype, e.g. ``"float32"``."""
+    device: str
+    """Device name: the CPU model, or the CUDA device name."""
+    threads: int
+    """Intra-op threads in use when measured (CPU figures scale with it)."""
+    size: int
+    """Side of the square matmul that reached the best rate."""
+    measured_at: str
+    """When it was measured, ISO 8601 UTC."""
+    load_per_core: float | None
+    """1-minute load average per available core when measured (CPU only, else ``None``).
+    Above 1, other processes shared the cores and the figure is likely low: a later call
+    made on a quieter machine measures again and keeps the higher figure."""
+    cached: bool
+    """True when read from the cache instead of measured in this call."""
+
+
+def cache_path() -> Path:
+    """Where the peak cache lives: ``$TORCHSMITH_CACHE_DIR`` or ``~/.cache/torchsmith``."""
+    root = os.environ.get(CACHE_ENV)
+    base = Path(root) if root else Path.home() / ".cache" / "torchsmith"
+    return base / CACHE_FILE
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    fp = machine_fingerprint()
+    return f"{fp.cpu_model} ({fp.cpu_capability})"
+
+
+def _cache_key(device_name: str, dtype: torch.dtype, threads: int) -> str:
+    # fp32 matmul precision ("high" allows TF32 on CUDA, "medium" bf16 on CPU)
+    # changes fp32 throughput severalfold, so it is part of the key.
+    return (
+        f"{device_name}|{str(dtype).removeprefix('torch.')}|threads={threads}"
+        f"|torch={torch.__version__}|fp32_precision={torch.get_float32_matmul_precision()}"
+    )
+
+
+def _read_cache(path: Path) -> dict[str, dict]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as err:
+        warnings.warn(
+            f"Ignoring unreadable peak-FLOPs cache {path}: {err}. It will be rewritten.",
+            stacklevel=3,
+        )
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_cache(path: Path, data: dict[str, dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Write-then-rename: several processes (torchrun ranks) may measure at once,
+    # and a reader must never see half a file.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".peak_flops.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def _from_cache(entry: object) -> PeakFlops | None:
+    if not isinstance(entry, dict):
+        return None
+    try:
+        return PeakFlops(**{**entry, "cached": True})
+    except TypeError:
+        return None  # written by another torchsmith version: measure again
+
+
+def _load_per_core() -> float | None:
+    try:
+        load = os.getloadavg()[0]  # runnable threads, 1-minute average
+    except (AttributeError, OSError):  # Windows has no load average
+        return None
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return load / cores
+
+
+def _worth_remeasuring(cached: PeakFlops, load_now: float | None) -> bool:
+    """A figure measured on oversubscribed cores, when the cores are free now."""
+    if cached.load_per_core is None or load_now is None:
+        return False
+    # On 2 cores at load 8 we measured fp32 matmul 150x below the quiet figure.
+    return cached.load_per_core > 1.0 and load_now <= 1.0
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # sync point: kernels are asynchronous
+
+
+def _measure(device: torch.device, dtype: torch.dtype, budget_s: float) -> tuple[float, int]:
+    """Best FLOP/s over square matmuls, within about ``budget_s`` seconds."""
+    deadline = time.perf_counter() + budget_s
+    best_rate, best_size = 0.0, 0
+    for n in _SIZES[device.type]:
+        flops = 2 * n**3
+        if best_rate > 0:
+            # Skip a size whose rounds would overrun the budget at the rate seen so
+            # far (a CPU without bf16 hardware can be 30x slower than in fp32).
+            predicted = (_ROUNDS * max(_ROUND_S, flops / best_rate)) + flops / best_rate
+            if time.perf_counter() + predicted > deadline:
+                break
+        a = torch.randn(n, n, device=device).to(dtype)
+        b = torch.randn(n, n, device=device).to(dtype)
+        c = torch.empty(n, n, device=device, dtype=dtype)
+        t0 = time.perf_counter()
+        torch.mm(a, b, out=c)  # warm-up: BLAS thread pool, kernel selection, caches
+        _sync(device)
+        warm = time.perf_counter() - t0
+        reps = max(1, int(_ROUND_S / max(warm, 1e-6)))
+        for _ in range(_ROUNDS):
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                torch.mm(a, b, out=c)
+            _sync(device)
+            elapsed = time.perf_counter() - t0
+            rate = flops * reps / elapsed
+            if rate > best_rate:
+                best_rate, best_size = rate, n
+            if time.perf_counter() > deadline:
+                return best_rate, best_size
+            reps = max(1, int(_ROUND_S * rate / flops))
+    return best_rate, best_size
+
+
+def machine_peak_flops(
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+    *,
+    refresh: bool = False,
+) -> PeakFlops:
+    """Peak matmul FLOP/s of ``device`` in ``dtype``, from the cache or measured (~1.5 s on CPU).
+
+    The CPU figure is for the current ``torch.get_num_threads()``; change the thread
+    count and it is measured again. Other processes on the same cores lower it (see
+    ``PeakFlops.load_per_core``), so the cache keeps the highest figure measured.
+    ``refresh=True`` measures again even when cached.
+
+    Example::
+
+        >>> peak = machine_peak_flops("cpu")
+        >>> peak.flops_per_s > 1e9, peak.dtype
+        (True, 'float32')
+    """
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    if dev.type not in _SIZES:
+        raise ValueError(
+            f"Peak FLOP/s is measured on 'cpu' or 'cuda'; got {str(dev)!r}.\n"
+            "Tip: pass device='cpu' or device='cuda'."
+        )
+    if dtype not in _DTYPES:
+        raise ValueError(
+            f"Peak FLOP/s is measured for {sorted(str(d) for d in _DTYPES)}; got {dtype}.\n"
+            "Tip: pass dtype=torch.float32, or torch.bfloat16 for the autocast peak."
+        )
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"Asked for the peak of {dev} but CUDA is not available in this process.\n"
+            "Tip: pass device='cpu', or check CUDA_VISIBLE_DEVICES and the torch build."
+        )
+    name = _device_name(dev)
+    threads = torch.get_num_threads()
+    key = _cache_key(name, dtype, threads)
+    path = cache_path()
+    cache = _read_cache(path)
+    previous = _from_cache(cache.get(key))
+    load_now = _load_per_core() if dev.type == "cpu" else None
+    if previous is not None and not refresh and not _worth_remeasuring(previous, load_now):
+        return previous
+    rate, size = _measure(dev, dtype, _BUDGET_S[dev.type])
+    result = PeakFlops(
+        flops_per_s=rate,
+        dtype=str(dtype).removeprefix("torch."),
+        device=name,
+        threads=threads,
+        size=size,
+        measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        load_per_core=load_now,
+        cached=False,
+    )
+    if previous is not None and previous.flops_per_s > result.flops_per_s:
+        # A peak is a maximum: a slower re-measurement means a busier machine, not a
+        # slower one, so the higher figure stands.
+        result = replace(previous, cached=False)
+    stored = asdict(result)
+    del stored["cached"]
+    cache[key] = stored
+    try:
+        _write_cache(path, cache)
+    except OSError as err:
+        # A read-only home must not stop a measurement; it only costs re-measuring.
+        warnings.warn(
+            f"Could not write the peak-FLOPs cache {path}: {err}.\n"
+            f"Tip: set {CACHE_ENV} to a writable directory.",
+            stacklevel=2,
+        )
+    return result
+
+
+def mfu(flops_per_step: float, step_seconds: float, peak: PeakFlops | float) -> float:
+    """Model FLOPs utilisation: achieved FLOP/s over peak FLOP/s, a fraction in [0, ~1].
+
+    ``flops_per_step`` is typically ``count_flops(step).total``; ``peak`` a
+    :class:`PeakFlops` or a FLOP/s figure. Above 1 means the FLOP count or the peak
+    is wrong (e.g. a bf16 step against an fp32 peak).
+
+    Example::
+
+        >>> mfu(2e12, 0.5, 8e12)
+        0.5
+    """
+    peak_rate = peak.flops_per_s if isinstance(peak, PeakFlops) else float(peak)
+    if step_seconds <= 0 or peak_rate <= 0 or flops_per_step < 0:
+        raise ValueError(
+            f"MFU needs flops_per_step >= 0, step_seconds > 0 and peak > 0; got "
+            f"flops_per_step={flops_per_step}, step_seconds={step_seconds}, peak={peak_rate}.\n"
+            "Tip: time the step with a synchronised timer (median over steps) and take "
+            "the peak from machine_peak_flops()."
+        )
+    return flops_per_step / step_seconds / peak_rate
