@@ -15,6 +15,9 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -93,6 +96,20 @@ def capture_inputs(model: nn.Module, run: Callable[[], Any]) -> tuple[tuple, dic
     return seen[0]
 
 
+@contextlib.contextmanager
+def _quiet():
+    loggers = [logging.getLogger(n) for n in ("torch._dynamo", "torch.export", "torch._export", "torch.fx")]
+    levels = [lg.level for lg in loggers]
+    try:
+        for lg in loggers:
+            lg.setLevel(logging.ERROR)
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
 def _why(err: Exception) -> str:
     return f"{type(err).__name__}: {str(err).strip().splitlines()[0][:300]}"
 
@@ -105,7 +122,8 @@ def trace(model: nn.Module, args: tuple, kwargs: dict | None = None
     except Exception as err:  # fx cannot follow Python control flow on traced values
         fx_error = _why(err)
     try:
-        return torch.export.export(model, args, kwargs or {}).module(), "torch.export", fx_error, None
+        with _quiet():  # a failed export prints the partial graph; the reason is kept below
+            return torch.export.export(model, args, kwargs or {}).module(), "torch.export", fx_error, None
     except Exception as err:  # e.g. a branch on a tensor's value
         return None, None, fx_error, _why(err)
 
@@ -120,7 +138,8 @@ def graph_breaks(model: nn.Module, args: tuple, kwargs: dict | None = None) -> t
     import torch._dynamo
 
     try:
-        out = torch._dynamo.explain(model)(*args, **(kwargs or {}))
+        with _quiet():  # dynamo logs each break as a warning; they are returned as data instead
+            out = torch._dynamo.explain(model)(*args, **(kwargs or {}))
     except Exception as err:
         return None, [], _why(err)
     finally:
