@@ -27,6 +27,7 @@ from torchsmith.cli import run as _run  # noqa: E402,F401
 from torchsmith.cli import tune as _tune  # noqa: E402,F401
 from torchsmith.cli import inspect as _inspect  # noqa: E402,F401
 from torchsmith.cli import doctor as _doctor  # noqa: E402,F401
+from torchsmith.cli import data as _data  # noqa: E402,F401
 
 
 def main() -> None:

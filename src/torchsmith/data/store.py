@@ -26,7 +26,7 @@ import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any, Callable, Iterable, Literal
 
 import numpy as np
 
@@ -274,7 +274,8 @@ def pack_bytes(blobs: Iterable[bytes], dest: str | os.PathLike, **kw: Any) -> St
     return w.index
 
 
-def pack_npy_folder(src: str | os.PathLike, dest: str | os.PathLike, **kw: Any) -> StoreIndex:
+def pack_npy_folder(src: str | os.PathLike, dest: str | os.PathLike, *,
+                    progress: Callable[[int, int], None] | None = None, **kw: Any) -> StoreIndex:
     """Pack a folder of ``.npy`` files, one sample each, in sorted file-name order."""
     files = sorted(Path(src).glob("*.npy"))
     if not files:
@@ -290,6 +291,8 @@ def pack_npy_folder(src: str | os.PathLike, dest: str | os.PathLike, **kw: Any) 
                                  f"{first.dtype}{list(first.shape)}. A store's samples share one dtype and shape.\n"
                                  "Tip: resize or cast the odd files, or pack them into a separate store.")
             w.add(arr)
+            if progress and (w.count % 1000 == 0 or w.count == len(files)):
+                progress(w.count, len(files))
     return w.index
 
 
@@ -328,11 +331,11 @@ def pack_tokens(src: str | os.PathLike, dest: str | os.PathLike, *, tokenizer: T
 
 
 def pack_source(src: str | os.PathLike, dest: str | os.PathLike, *, tokenizer: Tokenizer = "bytes",
-                seq_len: int = 256, **kw: Any) -> StoreIndex:
+                seq_len: int = 256, progress: Callable[[int, int], None] | None = None, **kw: Any) -> StoreIndex:
     """Pack whatever ``src`` is: a folder of ``.npy`` files, one ``.npy`` array, or a text file."""
     src = Path(src)
     if src.is_dir():
-        return pack_npy_folder(src, dest, **kw)
+        return pack_npy_folder(src, dest, progress=progress, **kw)
     if not src.is_file():
         raise StoreError(f"source {src} does not exist.")
     if src.suffix == ".npy":
