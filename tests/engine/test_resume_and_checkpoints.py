@@ -1,0 +1,73 @@
+import os
+import pickle
+import shutil
+
+import pytest
+import torch
+
+from torchsmith.engine.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint
+from torchsmith.engine.loop import run
+from toy_workloads import dropout_workload
+
+
+def test_resume_continues_bit_for_bit(tmp_path):
+    w = dropout_workload()
+    full = run(w, steps=20, eval_every=10)
+    first = run(w, steps=10, checkpoint_dir=tmp_path)
+    second = run(w, steps=20, checkpoint_dir=tmp_path, resume=True, eval_every=10)
+    assert second.start_step == 10 and second.resumed_from == tmp_path / "step_00000010.pt"
+    # 200 samples / 32 = 7 batches per epoch: the resume point sits mid-epoch and the run
+    # crosses two epoch boundaries, each reshuffled from the global RNG.
+    assert first.losses + second.losses == full.losses
+    assert second.val_losses[-1] == full.val_losses[-1]
+
+
+def test_resume_with_nothing_left_to_do_and_bad_step_counts(tmp_path):
+    w = dropout_workload()
+    run(w, steps=4, checkpoint_dir=tmp_path)
+    again = run(w, steps=4, checkpoint_dir=tmp_path, resume=True)
+    assert again.losses == [] and again.start_step == 4
+    with pytest.raises(ValueError, match="below the checkpoint's step 4"):
+        run(w, steps=3, checkpoint_dir=tmp_path, resume=True)
+    with pytest.raises(ValueError, match="needs a checkpoint_dir"):
+        run(w, steps=3, resume=True)
+
+
+def test_truncated_checkpoint_is_named_and_the_previous_one_used(tmp_path):
+    w = dropout_workload()
+    run(w, steps=6, checkpoint_dir=tmp_path, checkpoint_every=3)
+    newest = tmp_path / "step_00000006.pt"
+    data = newest.read_bytes()
+    newest.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match=r"step_00000006\.pt is truncated or corrupted"):
+        load_checkpoint(newest)
+    resumed = run(w, steps=8, checkpoint_dir=tmp_path, resume=True)
+    assert resumed.start_step == 3
+    assert resumed.skipped_checkpoints[0][0] == newest
+    reference = run(w, steps=8)
+    assert resumed.losses == reference.losses[3:]
+
+
+class _Payload:
+    def __reduce__(self):
+        return (os.system, (f"touch {_Payload.marker}",))
+
+
+def test_malicious_pickle_is_refused_and_never_executed(tmp_path):
+    _Payload.marker = tmp_path / "pwned"
+    path = tmp_path / "step_00000001.pt"
+    torch.save({"format_version": 1, "step": 1, "model": _Payload()}, path)
+    with pytest.raises(CheckpointError, match="refused to load .* never unpickles arbitrary objects"):
+        load_checkpoint(path)
+    assert not _Payload.marker.exists()
+    # resume: the only checkpoint is unusable, and the error says so instead of unpickling it.
+    with pytest.raises(CheckpointError, match="no usable checkpoint"):
+        run(dropout_workload(), steps=2, checkpoint_dir=tmp_path, resume=True)
+    assert not _Payload.marker.exists()
+
+
+def test_save_is_atomic_and_leaves_no_temp_files(tmp_path):
+    save_checkpoint(tmp_path, 1, {"x": torch.ones(3)})
+    assert [p.name for p in tmp_path.iterdir()] == ["step_00000001.pt"]
+    (tmp_path / ".step_00000002.pt.abc.tmp").write_bytes(b"partial")  # a crash mid-write
+    assert list_checkpoints(tmp_path) == [tmp_path / "step_00000001.pt"]
