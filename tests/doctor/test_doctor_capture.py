@@ -1,0 +1,53 @@
+"""In-process capture: the window follows the schedule, facts come from live objects, hooks go after."""
+
+import json
+
+import pytest
+import torch
+from torch import nn
+from torch.optim import optimizer as optim_module
+
+from torchsmith.profile.capture import CaptureConfig, StepCapture
+
+
+def _train(steps, set_to_none, foreach=None):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, foreach=foreach)
+    x, y = torch.randn(8, 16), torch.randn(8, 1)
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=set_to_none)
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+
+
+@pytest.mark.parametrize("set_to_none", [True, False])
+def test_window_records_active_steps_and_sees_zero_filled_grads(tmp_path, set_to_none):
+    hooks_before = len(optim_module._global_optimizer_post_hooks)
+    cfg = CaptureConfig(wait=1, warmup=1, active=2)
+    with StepCapture(cfg, tmp_path) as cap:
+        _train(cfg.steps_needed + 3, set_to_none)
+    f = cap.facts
+    assert f.window_done and f.steps_seen == cfg.steps_needed and f.steps_recorded == 2
+    assert len(optim_module._global_optimizer_post_hooks) == hooks_before  # hooks removed after the window
+    trace = json.loads(cap.trace_path.read_text())
+    assert sum(e["name"].startswith("ProfilerStep#") for e in trace["traceEvents"]) == 2
+    assert f.grad_checks >= 1
+    assert (f.grads_zero_filled > 0) is (not set_to_none)
+    assert f.optimizers[0]["name"] == "SGD" and f.model == "Sequential"
+    assert f.param_numel_by_dtype == {"float32": 16 * 32 + 32 + 32 + 1}
+    assert f.memory["params"] == 4 * (16 * 32 + 32 + 32 + 1)
+    assert json.loads((tmp_path / "facts.json").read_text())["steps_recorded"] == 2
+
+
+def test_a_short_run_keeps_a_partial_window(tmp_path):
+    cfg = CaptureConfig(wait=1, warmup=0, active=5)
+    with StepCapture(cfg, tmp_path) as cap:
+        _train(4, True)  # 1 first + 1 wait + 2 of 5 recorded steps
+    assert not cap.facts.window_done and cap.facts.steps_recorded == 2
+    assert cap.trace_path.exists()
+
+
+def test_window_bounds_are_checked():
+    with pytest.raises(ValueError, match="active <= 20"):
+        CaptureConfig(active=21)
