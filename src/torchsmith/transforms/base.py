@@ -55,7 +55,13 @@ def mark_applied(model: nn.Module, name: str, change: Change) -> None:
             "Tip: revert the first Change (change.revert()) or start from a fresh model."
         )
     applied.add(name)
-    change.on_revert(lambda: applied.discard(name))
+
+    def forget() -> None:
+        applied.discard(name)
+        if not applied:  # leave no trace: a reverted model is structurally the one we were given
+            model.__dict__.pop(_APPLIED_ATTR, None)
+
+    change.on_revert(forget)
 
 
 @dataclass(frozen=True)

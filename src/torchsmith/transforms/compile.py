@@ -72,7 +72,7 @@ class EagerFallback:
             return False
         self.reason = f"{type(err).__name__}: {str(err).strip().splitlines()[0][:300] if str(err).strip() else ''}"
         for module in self.modules:
-            module._compiled_call_impl = None
+            _uncompile(module)
         warnings.warn(
             f"torch.compile failed, so torchsmith runs this model eagerly ({self.reason}). The step that "
             "hit the failure is re-run eagerly.\nTip: set compile.enabled=false in the plan to skip the "
@@ -80,6 +80,11 @@ class EagerFallback:
             RuntimeWarning, stacklevel=2,
         )
         return True
+
+
+def _uncompile(module: nn.Module) -> None:
+    # The instance attribute shadows nn.Module's class default (None); removing it restores that.
+    module.__dict__.pop("_compiled_call_impl", None)
 
 
 def _guarded(module: nn.Module, compiled: Callable[..., Any], fallback: EagerFallback) -> Callable[..., Any]:
@@ -132,7 +137,7 @@ def apply_compile(model: nn.Module, cfg: Compile, *, recover: list[Callable[[Bas
         compiled = torch.compile(module._call_impl, mode=cfg.mode, backend=backend)
         module._compiled_call_impl = _guarded(module, compiled, fallback)
         fallback.modules.append(module)
-        change.on_revert(lambda m=module: setattr(m, "_compiled_call_impl", None))
+        change.on_revert(lambda m=module: _uncompile(m))
         change.targets.append(name or type(model).__name__)
     if recover is not None:
         recover.append(fallback)

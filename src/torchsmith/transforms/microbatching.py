@@ -18,6 +18,7 @@ def apply_microbatching(parts: StepParts, cfg: MicroBatching) -> Change:
         return change
     before = parts.microbatches
     parts.microbatches = cfg.count
+    change.targets.append("StepParts.microbatches")
     change.summary = f"{cfg.count} micro-batches per optimizer step, gradients accumulated"
     change.on_revert(lambda: setattr(parts, "microbatches", before))
     return change

@@ -7,7 +7,7 @@ import functools
 import torch
 
 from torchsmith.engine.parts import StepParts
-from torchsmith.plan import FP32, Autocast, Precision
+from torchsmith.plan import FP32, Autocast, BF16Params, Precision
 from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo, register
 
 
@@ -19,6 +19,10 @@ def apply_precision(parts: StepParts, cfg: Precision) -> Change:
     change = Change("precision", "fp32, as written")
     if isinstance(cfg, FP32):
         return change
+    if isinstance(cfg, BF16Params):
+        from torchsmith.transforms.bf16_params import apply_bf16_params
+
+        return apply_bf16_params(parts)
     device_type = parts.device.type
     if cfg.dtype == "float16" and device_type != "cuda":
         raise TransformError(
@@ -45,7 +49,7 @@ def apply_precision(parts: StepParts, cfg: Precision) -> Change:
 
 def _candidates(device: DeviceInfo) -> list[Precision]:
     # bf16 is tried even on CPUs without native bf16: tune decides by measurement, not by rule.
-    out: list[Precision] = [Autocast(dtype="bfloat16")]
+    out: list[Precision] = [Autocast(dtype="bfloat16"), BF16Params()]
     if device.type == "cuda":
         out.append(Autocast(dtype="float16"))
     return out
@@ -54,7 +58,7 @@ def _candidates(device: DeviceInfo) -> list[Precision]:
 register(TransformInfo(
     name="precision",
     plan_field="precision",
-    summary="Autocast matmuls/convs to bf16 or fp16 (GradScaler for fp16).",
+    summary="Autocast matmuls/convs to bf16 or fp16 (GradScaler for fp16), or bf16 Linear/Conv weights with fp32 masters.",
     devices=frozenset({"cpu", "cuda"}),
     candidates=_candidates,
 ))
