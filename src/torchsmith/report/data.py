@@ -39,21 +39,20 @@ def render_tune(result: Any, console: Console, plan_path: Path | None = None) ->
     """Table of every measured loader, a bar per row, then the recommendation."""
     table = Table(title=f"DataLoader throughput, batch {result.samples_per_batch}, {result.cores} cores, "
                         f"{result.device} ({result.passes} x {result.batches} batches after warm-up)")
-    for col, justify in (("stage", "left"), ("workers", "right"), ("prefetch", "right"), ("persistent", "center"),
-                         ("pin", "center"), ("fetch", "left"), ("samples/s", "right"), ("vs as written", "right"),
-                         ("", "left")):
-        table.add_column(col, justify=justify)
+    for col, justify in (("workers", "right"), ("prefetch", "right"), ("persist", "center"), ("pin", "center"),
+                         ("fetch", "left"), ("samples/s", "right"), ("ratio", "right"), ("", "left")):
+        table.add_column(col, justify=justify, no_wrap=True)
     base = result.baseline.samples_per_s
     top = max(t.samples_per_s for t in result.trials)
     best = result.best
     for t in result.trials:
         a = t.args
-        mark = " [bold green]<- best[/]" if t is best else (" (as written)" if a == result.written else "")
+        mark = " [bold green]best[/]" if t is best else (" as written" if a == result.written else "")
         table.add_row(
-            t.stage, str(a.num_workers), str(a.prefetch_factor) if a.num_workers else "-",
+            str(a.num_workers), str(a.prefetch_factor) if a.num_workers else "-",
             ("yes" if a.persistent_workers else "no") if a.num_workers else "-", "yes" if a.pin_memory else "no",
-            "batch" if a.batch_fetch else "per-sample", fmt_rate(t.samples_per_s, ""),
-            f"{t.samples_per_s / base:.2f}x", "[cyan]" + "█" * max(1, round(24 * t.samples_per_s / top)) + "[/]" + mark,
+            "batch" if a.batch_fetch else "sample", f"{t.samples_per_s:,.0f}", f"{t.samples_per_s / base:.2f}x",
+            "[cyan]" + "█" * max(1, round(10 * t.samples_per_s / top)) + "[/]" + mark,
         )
     console.print(table)
     for note in result.notes:
