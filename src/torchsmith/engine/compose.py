@@ -11,6 +11,7 @@ from torchsmith.transforms.base import Change
 from torchsmith.transforms.checkpointing import apply_checkpointing
 from torchsmith.transforms.compile import apply_compile
 from torchsmith.transforms.inplace import apply_inplace
+from torchsmith.transforms.loss_impl import apply_loss_impl
 from torchsmith.transforms.memory_format import apply_memory_format
 from torchsmith.transforms.microbatching import apply_microbatching
 from torchsmith.transforms.optimizer_impl import apply_optimizer_impl
@@ -30,7 +31,8 @@ def apply_plan(plan: Plan, parts: StepParts) -> list[Change]:
        patched forwards would hide; saved-tensor hooks do not nest, so inside a checkpointed
        block checkpointing's own hooks win and the policy covers the rest of the model;
     3. precision and micro-batching set fields of the step (bf16 parameters also swap the
-       Linear/Conv weights for bf16 copies and hook their forwards); they commute;
+       Linear/Conv weights for bf16 copies and hook their forwards); they commute; so does the
+       chunked loss (loss_impl), which sets the step's loss and reads the head's current weight;
     4. compile last among model transforms: it must trace the final module structure
        (layout, checkpointed forwards, precision hooks); its eager fallback joins parts.recover;
     5. the optimizer implementation is independent of the model's structure;
@@ -46,6 +48,7 @@ def apply_plan(plan: Plan, parts: StepParts) -> list[Change]:
         lambda: apply_saved_tensors(parts, plan.saved_tensors),
         lambda: apply_precision(parts, plan.precision),
         lambda: apply_microbatching(parts, plan.microbatching),
+        lambda: apply_loss_impl(parts, plan.loss_impl),  # swaps lm_head's forward: before compile traces it
         lambda: apply_compile(parts.model, plan.compile, recover=parts.recover),
         lambda: apply_optimizer_impl(parts.optimizer, plan.optimizer),
         lambda: apply_nonfinite(parts, plan.nonfinite),  # debug guards only set fields of the step

@@ -66,7 +66,10 @@ def _linear_cross_entropy_op(
     x: Tensor, weight: Tensor, target: Tensor, bias: Tensor | None, chunk_size: int,
     ignore_index: int, label_smoothing: float, reduction: str, compute_grad: bool,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Returns ``(loss, grad_x, grad_weight, grad_bias)``; the grads are empty when not computed."""
+    """Returns ``(loss, grad_x, grad_weight, grad_bias)``; the grads are empty when not computed.
+
+    The loss is in at least fp32 whatever the input dtype (the softmax runs in fp32 too).
+    """
     n, vocab = x.shape[0], weight.shape[0]
     acc = torch.promote_types(x.dtype, torch.float32)  # softmax in at least fp32
     valid = target != ignore_index  # (N,) bool
@@ -100,7 +103,7 @@ def _linear_cross_entropy_op(
         grad_w.addmm_(p.t(), xc.to(acc))  # (V, n) @ (n, C), accumulated in fp32
         if bias is not None:
             grad_b += p.sum(dim=0)
-    loss = (total / denom).to(x.dtype)
+    loss = total / denom  # in `acc`: a bf16 head still reports an fp32 loss
     if compute_grad:
         grad_w = grad_w.to(weight.dtype)
         if bias is not None:
@@ -110,7 +113,7 @@ def _linear_cross_entropy_op(
 
 @_linear_cross_entropy_op.register_fake
 def _(x, weight, target, bias, chunk_size, ignore_index, label_smoothing, reduction, compute_grad):
-    loss = x.new_empty(())
+    loss = x.new_empty((), dtype=torch.promote_types(x.dtype, torch.float32))
     if not compute_grad:
         return loss, x.new_empty(0), x.new_empty(0), x.new_empty(0)
     grad_b = bias.new_empty(bias.shape) if bias is not None else x.new_empty(0)
@@ -135,8 +138,10 @@ def _backward(ctx, grad_loss, _gx, _gw, _gb):
         )
     grad_x, grad_w, grad_b = ctx.saved_tensors
     # grad_loss is a scalar: the whole backward is three scalings of what forward computed.
-    gb = grad_loss * grad_b if ctx.has_bias else None
-    return grad_loss * grad_x, grad_loss * grad_w, None, gb, None, None, None, None, None
+    # The loss is fp32 even for a bf16 head: scale, then return each gradient in its input's dtype.
+    gx, gw = (grad_loss * grad_x).to(grad_x.dtype), (grad_loss * grad_w).to(grad_w.dtype)
+    gb = (grad_loss * grad_b).to(grad_b.dtype) if ctx.has_bias else None
+    return gx, gw, None, gb, None, None, None, None, None
 
 
 _linear_cross_entropy_op.register_autograd(_backward, setup_context=_setup_context)
