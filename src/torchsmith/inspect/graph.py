@@ -40,8 +40,8 @@ class GraphInfo:
     note: str
     """What was traced, or why tracing failed and hooks were used instead."""
     module_shapes: dict[str, str] = field(default_factory=dict)
-    """Output shape per module path (``named_modules`` keys). fx: the leaf modules it
-    calls; hooks: every module that ran."""
+    """Output shape per module path (``named_modules`` keys), for every module that ran;
+    with fx, leaf modules' shapes come from ShapeProp."""
     nodes: list[NodeInfo] = field(default_factory=list)
     """Every fx node in order (empty with hooks)."""
 
@@ -95,7 +95,8 @@ def trace_shapes(model: nn.Module, args: tuple, kwargs: dict) -> GraphInfo:
         return GraphInfo("hooks", f"{reason}; output shapes come from forward hooks on module boundaries.", shapes)
     with torch.no_grad():
         ShapeProp(gm).propagate(*args)
-    nodes, shapes = [], {}
+    # fx inlines user-defined modules (only leaves become call_module nodes): hooks fill those in.
+    nodes, shapes = [], _hook_shapes(model, args, kwargs)
     for node in gm.graph.nodes:
         meta = node.meta.get("tensor_meta")
         shape = str(tuple(meta.shape)) if hasattr(meta, "shape") else None

@@ -1,0 +1,48 @@
+"""``torchsmith bench tips``: every transform alone against the baseline, and folklore, measured here.
+
+Example::
+
+    report = run_tips(load_workload("mlp"), steps=4, warmup=1)
+    [(r.label, r.speed, r.memory) for r in report.rows]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from torchsmith.measure.compare import PlanMeasurement
+from torchsmith.measure.fingerprint import MachineFingerprint, machine_fingerprint
+from torchsmith.tips.candidates import Candidate, TipRow, candidates, measure_candidates
+from torchsmith.tips.folklore import CHECKS, FolkloreResult, run_folklore
+from torchsmith.workload import Workload
+
+__all__ = ["TipsReport", "run_tips", "Candidate", "TipRow", "candidates", "measure_candidates",
+           "FolkloreResult", "run_folklore", "CHECKS"]
+
+
+@dataclass(frozen=True)
+class TipsReport:
+    workload: str
+    device: str
+    machine: MachineFingerprint
+    steps: int
+    warmup: int
+    baseline: PlanMeasurement
+    rows: list[TipRow]
+    folklore: list[FolkloreResult]
+
+
+def run_tips(workload: Workload, *, steps: int = 6, warmup: int = 2, device: Any = None,
+             only: list[str] | None = None, folklore: bool = True,
+             on_step: Callable[[int, int], None] | None = None,
+             on_check: Callable[[str], None] | None = None) -> TipsReport:
+    """Measure every registered transform candidate alone, then the folklore checks."""
+    from torchsmith.engine.loop import resolve_device
+
+    device = resolve_device(device)
+    baseline, rows = measure_candidates(workload, steps=steps, warmup=warmup, device=device, only=only,
+                                        on_step=on_step)
+    checks = run_folklore(device, on_check) if folklore else []
+    return TipsReport(workload=workload.name, device=str(device), machine=machine_fingerprint(), steps=steps,
+                      warmup=warmup, baseline=baseline, rows=rows, folklore=checks)

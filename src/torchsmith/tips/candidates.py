@@ -1,0 +1,98 @@
+"""Each registered transform alone against the eager fp32 baseline, measured side by side.
+
+The candidates come from the transforms' own registry (``tune.space``), so a new
+transform shows up here without a change to this file. Every candidate plan differs
+from ``Plan()`` in exactly one knob, and all of them run interleaved in one process from
+the same seed over the same batches (:func:`torchsmith.measure.compare.measure_plans`).
+
+Example::
+
+    rows = measure_candidates(load_workload("mlp"), steps=4, warmup=1)
+    [(r.label, r.speed) for r in rows if r.ok]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from torchsmith.measure.compare import PlanMeasurement, measure_plans
+from torchsmith.plan import Plan
+from torchsmith.tune.space import device_info, search_space
+from torchsmith.workload import Workload
+
+
+@dataclass(frozen=True)
+class Candidate:
+    transform: str
+    plan: Plan
+
+    @property
+    def label(self) -> str:
+        return self.plan.describe()
+
+
+@dataclass(frozen=True)
+class TipRow:
+    """One candidate's figures, as ratios to the baseline of the same run."""
+
+    transform: str
+    label: str
+    plan: Plan
+    speed: float | None
+    """Baseline step time / this step time: above 1 is faster."""
+    memory: float | None
+    """This peak memory / the baseline's: below 1 uses less."""
+    loss_rel_diff: float | None
+    """Largest relative difference of the per-step loss from the baseline's, same batches and seed."""
+    param_rel_diff: float | None
+    step_seconds: float | None
+    peak_memory_bytes: int | None
+    compile_seconds: float | None
+    error: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def candidates(device: torch.device, only: list[str] | None = None) -> list[Candidate]:
+    """One plan per registered candidate value that applies to ``device``, in the tuner's order."""
+    out = []
+    for dim in search_space(device_info(device)):
+        if only and dim.name not in only:
+            continue
+        for value in dim.candidates:
+            out.append(Candidate(dim.name, Plan().replace(**{dim.plan_field: value})))
+    return out
+
+
+def measure_candidates(workload: Workload, *, steps: int = 6, warmup: int = 2, device: Any = None,
+                       only: list[str] | None = None, on_step: Callable[[int, int], None] | None = None,
+                       ) -> tuple[PlanMeasurement, list[TipRow]]:
+    """Measure the baseline and every candidate interleaved; return the baseline and one row each."""
+    from torchsmith.engine.loop import resolve_device
+
+    device = resolve_device(device)
+    cands = candidates(device, only)
+    plans = [Plan()] + [c.plan for c in cands]
+    measured = measure_plans(workload, plans, warmup=warmup, steps=steps, device=device, on_step=on_step)
+    base = measured[0]
+    rows = [_row(c, m, base) for c, m in zip(cands, measured[1:])]
+    return base, rows
+
+
+def _row(c: Candidate, m: PlanMeasurement, base: PlanMeasurement) -> TipRow:
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return a / b if a and b else None
+
+    return TipRow(
+        transform=c.transform, label=c.label, plan=c.plan,
+        speed=ratio(base.step_seconds, m.step_seconds) if m.ok else None,
+        memory=ratio(m.peak_memory_bytes, base.peak_memory_bytes) if m.ok else None,
+        loss_rel_diff=m.loss_rel_diff, param_rel_diff=m.param_rel_diff,
+        step_seconds=m.step_seconds, peak_memory_bytes=m.peak_memory_bytes,
+        compile_seconds=m.compile_seconds, error=m.error,
+    )
