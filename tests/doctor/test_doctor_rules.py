@@ -80,7 +80,7 @@ def test_memory_rule_needs_dominant_activations():
     a = _analysis(forward=0.5)
     a.peak_delta_bytes = [0, 200 * mib]
     facts = _facts(memory={"params": 10 * mib, "grads": 10 * mib, "optimizer_state": 20 * mib},
-                   live_bytes_at_step=[40 * mib, 40 * mib])
+                   live_bytes=40 * mib)
     assert "memory-heavy-activations" in _rules(a, facts)
     a.peak_delta_bytes = [0, 30 * mib]
     assert "memory-heavy-activations" not in _rules(a, facts)

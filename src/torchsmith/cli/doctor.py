@@ -50,7 +50,8 @@ def doctor_command(
                 result = doctor_script(python_command(args), cfg, trace=trace)
             except DoctorError as err:
                 error_console.print(f"[bold red]error:[/] {err}", highlight=False, markup=False)
-                raise typer.Exit(getattr(err, "exit_code", 0) or 2) from None
+                code = getattr(err, "exit_code", 0)
+                raise typer.Exit((code if code > 0 else 128 - code) if code else 2) from None
         else:
             w = load_workload(args[0] if args else None)
             with console.status(f"profiling {w.name}: {cfg.steps_needed} steps", spinner="dots") if not as_json else _null():
@@ -66,7 +67,8 @@ def doctor_command(
         if not as_json:
             console.print(f"report: {report}", style="dim")
     if result.exit_code:
-        raise typer.Exit(result.exit_code)  # the script's own exit code passes through
+        # The script's own exit code passes through; killed by signal N reads as 128 + N, as in a shell.
+        raise typer.Exit(result.exit_code if result.exit_code > 0 else 128 - result.exit_code)
 
 
 def _verify(workload, result, verify_fixes, quiet: bool) -> None:

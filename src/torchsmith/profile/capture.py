@@ -30,6 +30,8 @@ from typing import Any, Callable
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
+from torchsmith.measure.memory import memory_split
+
 MAX_ACTIVE_STEPS = 20
 """Cap on recorded steps: a trace grows linearly with them, and a few steps suffice."""
 
@@ -92,8 +94,8 @@ class Facts:
     zero_filled_grad_bytes: int = 0
     memory: dict[str, int] = field(default_factory=dict)
     """params / grads / optimizer_state bytes (measure.memory.memory_split at an optimizer step)."""
-    live_bytes_at_step: list[int] = field(default_factory=list)
-    """Persistent state bytes at the start of each recorded step (CPU peak baseline)."""
+    live_bytes: int = 0
+    """Persistent state bytes (params, grads, optimizer state) at a step boundary: the CPU peak baseline."""
     cuda_peak_bytes: int | None = None
     threads: dict[str, int] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
@@ -226,11 +228,12 @@ class StepCapture:
         if self._prof.current_action in (torch.profiler.ProfilerAction.RECORD,
                                          torch.profiler.ProfilerAction.RECORD_AND_SAVE):
             f.steps_recorded += 1
-        self._prof.step()  # ends this step's ProfilerStep#N span and opens the next
-        recording = self._prof.current_action in (torch.profiler.ProfilerAction.RECORD,
-                                                  torch.profiler.ProfilerAction.RECORD_AND_SAVE)
-        if recording:
+        if f.steps_seen == 1 + self.cfg.wait + self.cfg.warmup:
+            # Just before the first recorded step opens, so the walk over the state is not
+            # timed as part of it. Params and optimizer state no longer change size after the
+            # first step, and gradients are allocated at this point of every step.
             self._note_memory(optimizer)
+        self._prof.step()  # ends this step's ProfilerStep#N span and opens the next
         if f.steps_seen == self.cfg.steps_needed:
             self._done()
 
@@ -280,15 +283,12 @@ class StepCapture:
             torch.cuda.reset_peak_memory_stats()
 
     def _note_memory(self, optimizer: torch.optim.Optimizer) -> None:
-        from torchsmith.measure.memory import memory_split
-
         model = next((r() for r in self._models.values() if r() is not None), None)
         if model is None:
             return
         split = memory_split(model, optimizer)
-        self.facts.memory = {"params": split.params, "grads": max(split.grads, self.facts.memory.get("grads", 0)),
-                             "optimizer_state": split.optimizer_state}
-        self.facts.live_bytes_at_step.append(split.total)
+        self.facts.memory = {"params": split.params, "grads": split.grads, "optimizer_state": split.optimizer_state}
+        self.facts.live_bytes = split.total
 
     def _note_model(self, module: torch.nn.Module, params: list[torch.nn.Parameter]) -> None:
         self._models[id(module)] = weakref.ref(module)

@@ -65,13 +65,12 @@ class DoctorContext:
         m, a = self.facts.memory, self.analysis
         if not m:
             return None
-        if a.cuda_peak_bytes:
-            peak = a.cuda_peak_bytes
-        elif a.peak_delta_bytes and self.facts.live_bytes_at_step:
-            # The first recorded step sees frees of blocks allocated before the trace as
-            # nothing; later steps are exact, so prefer them.
-            pairs = list(zip(self.facts.live_bytes_at_step, a.peak_delta_bytes))
-            peak = max(live + delta for live, delta in (pairs[1:] or pairs))
+        if a.cuda_peak_bytes or self.facts.cuda_peak_bytes:
+            peak = a.cuda_peak_bytes or self.facts.cuda_peak_bytes
+        elif a.peak_delta_bytes and self.facts.live_bytes:
+            # The first recorded step cannot see frees of blocks allocated before the trace
+            # began (e.g. last step's gradients); later steps are exact, so prefer them.
+            peak = self.facts.live_bytes + max(a.peak_delta_bytes[1:] or a.peak_delta_bytes)
         else:
             return None
         persistent = m["params"] + m["grads"] + m["optimizer_state"]
