@@ -61,16 +61,18 @@ class compress_saved(torch.autograd.graph.saved_tensors_hooks):
         self._keep = {p.untyped_storage()._cdata for p in model.parameters()} if model is not None else set()
         if model is not None:
             self._keep |= {b.untyped_storage()._cdata for b in model.buffers()}
-        # (storage key, offset, shape, stride, dtype) -> (weakref to storage, packed); the weakref
+        # (storage key, dtype) -> (weakref to storage, compressed storage); the weakref
         # detects an address freed and reused by a new tensor, which must not hit the cache.
-        self._cache: dict[tuple, tuple[weakref.ref, Any]] = {}
-        self._counted: dict[int, weakref.ref] = {}
+        self._cache: dict[tuple, tuple[weakref.ref, torch.Tensor]] = {}
         super().__init__(self._pack, _unpack)
+
+    def __enter__(self) -> "compress_saved":
+        super().__enter__()
+        return self
 
     def __exit__(self, *exc: Any) -> None:
         super().__exit__(*exc)
-        self._cache.clear()
-        self._counted.clear()  # the graph holds what it needs; the cache must not extend lifetimes
+        self._cache.clear()  # the graph holds what it needs; the cache must not extend lifetimes
 
     def _pack(self, t: torch.Tensor) -> Any:
         storage = t.untyped_storage()
@@ -79,25 +81,28 @@ class compress_saved(torch.autograd.graph.saved_tensors_hooks):
                 or storage._cdata in self._keep)
         if skip:
             return t.detach()  # detach: the graph must not hold an output with its own grad_fn (a cycle)
-        key = (storage._cdata, t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+        # Compress per storage, not per tensor: q, k and v split from one projection, or h and
+        # h.t() saved by one matmul, are views of one storage and share one compressed copy.
+        key = (storage._cdata, t.dtype)
         hit = self._cache.get(key)
         if hit is not None and hit[0]() is not None:
-            return hit[1]
-        packed = (t.dtype, t.detach().to(self.dtype))
-        self._cache[key] = (weakref.ref(storage), packed)
-        seen = self._counted.get(storage._cdata)
-        if seen is None or seen() is None:  # count each live storage once, like measure.saved
-            self._counted[storage._cdata] = weakref.ref(storage)
+            flat16 = hit[1]
+        else:
+            with torch.no_grad():
+                flat = torch.empty(0, dtype=t.dtype, device=t.device)
+                flat.set_(storage, 0, (storage.nbytes() // t.element_size(),))  # (N,) the whole storage
+                flat16 = flat.to(self.dtype)
+            self._cache[key] = (weakref.ref(storage), flat16)
             self.stats.original_bytes += storage.nbytes()
+            self.stats.stored_bytes += flat16.untyped_storage().nbytes()
             self.stats.tensors += 1
-        self.stats.stored_bytes += packed[1].untyped_storage().nbytes()
-        return packed
+        return (t.dtype, flat16, t.shape, t.stride(), t.storage_offset())
 
 
 def _unpack(packed: Any) -> torch.Tensor:
     if isinstance(packed, tuple):
-        dtype, t = packed
-        return t.to(dtype)
+        dtype, flat16, shape, stride, offset = packed
+        return flat16.to(dtype).as_strided(shape, stride, offset)
     return packed
 
 
