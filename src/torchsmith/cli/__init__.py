@@ -26,6 +26,7 @@ def _root() -> None:
 from torchsmith.cli import run as _run  # noqa: E402,F401
 from torchsmith.cli import tune as _tune  # noqa: E402,F401
 from torchsmith.cli import inspect as _inspect  # noqa: E402,F401
+from torchsmith.cli import bench as _bench  # noqa: E402,F401
 from torchsmith.cli import doctor as _doctor  # noqa: E402,F401
 from torchsmith.cli import data as _data  # noqa: E402,F401
 

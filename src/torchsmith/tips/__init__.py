@@ -8,7 +8,9 @@ Example::
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any, Callable
 
 from torchsmith.measure.compare import PlanMeasurement
@@ -31,6 +33,9 @@ class TipsReport:
     baseline: PlanMeasurement
     rows: list[TipRow]
     folklore: list[FolkloreResult]
+    load_average: tuple[float, float] | None = None
+    """1-minute load average before and after the measurement: other processes' share of the cores."""
+    finished_utc: str = ""
 
 
 def run_tips(workload: Workload, *, steps: int = 6, warmup: int = 2, device: Any = None,
@@ -41,8 +46,18 @@ def run_tips(workload: Workload, *, steps: int = 6, warmup: int = 2, device: Any
     from torchsmith.engine.loop import resolve_device
 
     device = resolve_device(device)
+    load_before = _load()
     baseline, rows = measure_candidates(workload, steps=steps, warmup=warmup, device=device, only=only,
                                         on_step=on_step)
     checks = run_folklore(device, on_check) if folklore else []
     return TipsReport(workload=workload.name, device=str(device), machine=machine_fingerprint(), steps=steps,
-                      warmup=warmup, baseline=baseline, rows=rows, folklore=checks)
+                      warmup=warmup, baseline=baseline, rows=rows, folklore=checks,
+                      load_average=(load_before, _load()) if load_before is not None else None,
+                      finished_utc=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+
+
+def _load() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):  # not on Windows
+        return None

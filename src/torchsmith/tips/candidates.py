@@ -13,6 +13,7 @@ Example::
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -52,6 +53,9 @@ class TipRow:
     peak_memory_bytes: int | None
     compile_seconds: float | None
     error: str | None
+    noise: float | None = None
+    """Interquartile range / median of the step times, the larger of this plan's and the
+    baseline's: a speed ratio closer to 1 than this is within the machine's noise."""
 
     @property
     def ok(self) -> bool:
@@ -95,4 +99,12 @@ def _row(c: Candidate, m: PlanMeasurement, base: PlanMeasurement) -> TipRow:
         loss_rel_diff=m.loss_rel_diff, param_rel_diff=m.param_rel_diff,
         step_seconds=m.step_seconds, peak_memory_bytes=m.peak_memory_bytes,
         compile_seconds=m.compile_seconds, error=m.error,
+        noise=max(_spread(m.step_times), _spread(base.step_times)) if m.ok and m.step_times else None,
     )
+
+
+def _spread(times: list[float]) -> float:
+    if len(times) < 2:
+        return 0.0
+    q = statistics.quantiles(times, n=4, method="inclusive")
+    return (q[2] - q[0]) / statistics.median(times)
