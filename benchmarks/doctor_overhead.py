@@ -82,8 +82,9 @@ def main() -> None:
         e = statistics.median(export[name]) / base
         a = statistics.median(analysis[name]) / base
         print(f"{name:8} {w:14.2f}x {e:16.2f}x {a:8.2f}x {sizes[name] / ACTIVE / 1e6:13.2f}")
-    print("\nOverhead lands only in the recorded steps: before and after the window the hooks cost a\n"
-          "dict lookup per optimizer step and module call, and after the window they are removed.")
+    print("\nThe warm-up step is traced too (and discarded). Wait steps pay only the hooks (a Python\n"
+          "call per optimizer step and per module call); after the window the hooks are removed.\n"
+          "Shared-machine caveat: compare the ratios, not the absolute times.")
 
 
 if __name__ == "__main__":
