@@ -29,6 +29,7 @@ def test_window_records_active_steps_and_sees_zero_filled_grads(tmp_path, set_to
         _train(cfg.steps_needed + 3, set_to_none)
     f = cap.facts
     assert f.window_done and f.steps_seen == cfg.steps_needed and f.steps_recorded == 2
+    assert len(f.unprofiled_step_seconds) == cfg.wait and f.unprofiled_step_seconds[0] > 0
     assert len(optim_module._global_optimizer_post_hooks) == hooks_before  # hooks removed after the window
     trace = json.loads(cap.trace_path.read_text())
     assert sum(e["name"].startswith("ProfilerStep#") for e in trace["traceEvents"]) == 2

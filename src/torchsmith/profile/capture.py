@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,6 +95,8 @@ class Facts:
     zero_filled_grad_bytes: int = 0
     memory: dict[str, int] = field(default_factory=dict)
     """params / grads / optimizer_state bytes (measure.memory.memory_split at an optimizer step)."""
+    unprofiled_step_seconds: list[float] = field(default_factory=list)
+    """Wall time of the wait steps (hooked, not traced): the step time without profiler overhead."""
     live_bytes: int = 0
     """Persistent state bytes (params, grads, optimizer state) at a step boundary: the CPU peak baseline."""
     cuda_peak_bytes: int | None = None
@@ -154,6 +157,7 @@ class StepCapture:
         self._loader_ids: set[int] = set()
         self._orig_iter = None
         self.active = False
+        self._last_step_end = 0.0
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -222,9 +226,13 @@ class StepCapture:
                 return
             self.active = True
             self._start_profiler()
+            self._last_step_end = time.perf_counter()
             return
         if self._prof is None:
             return
+        now = time.perf_counter()
+        if self._prof.current_action == torch.profiler.ProfilerAction.NONE:
+            f.unprofiled_step_seconds.append(now - self._last_step_end)
         if self._prof.current_action in (torch.profiler.ProfilerAction.RECORD,
                                          torch.profiler.ProfilerAction.RECORD_AND_SAVE):
             f.steps_recorded += 1

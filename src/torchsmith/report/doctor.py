@@ -34,6 +34,7 @@ def doctor_to_dict(report: DoctorReport) -> dict[str, Any]:
         "target": report.target, "mode": report.mode, "exit_code": report.exit_code,
         "device": report.facts.device, "model": report.facts.model,
         "step_seconds_median": a.step_seconds,
+        "unprofiled_step_seconds": report.facts.unprofiled_step_seconds,
         "breakdown_share": {c: a.share(c) for c in CATEGORIES},
         "breakdown_seconds_median": {c: a.seconds(c) for c in CATEGORIES},
         "steps": [s.phases for s in a.steps],
@@ -53,7 +54,10 @@ def doctor_to_dict(report: DoctorReport) -> dict[str, Any]:
 def render_doctor(report: DoctorReport, console: Console) -> None:
     a, f = report.analysis, report.facts
     console.rule(f"torchsmith doctor · {escape(report.target)} · {f.device} · {f.model or 'model'}")
-    table = Table(title=f"step time: {fmt_seconds(a.step_seconds)} median over {len(a.steps)} recorded steps")
+    title = f"step time: {fmt_seconds(a.step_seconds)} median over {len(a.steps)} recorded steps"
+    if f.unprofiled_step_seconds:
+        title += f"\n(unprofiled: {fmt_seconds(min(f.unprofiled_step_seconds))}; read the shares, the profiler inflates times)"
+    table = Table(title=title)
     table.add_column("phase")
     table.add_column("median", justify="right")
     table.add_column("share", justify="right")
@@ -138,6 +142,11 @@ def memory_png(memory: dict[str, int]) -> str:
     return out
 
 
+def _unprofiled(report: DoctorReport) -> str:
+    u = report.facts.unprofiled_step_seconds
+    return f" (unprofiled: {min(u) * 1e3:.2f} ms; the profiler inflates times, read the shares)" if u else ""
+
+
 def write_doctor_html(report: DoctorReport, path: str | Path) -> Path:
     """Write one self-contained HTML file (plots embedded); returns its path."""
     a, e = report.analysis, html.escape
@@ -163,7 +172,7 @@ table{{border-collapse:collapse}}td,th{{padding:2px 10px;border-bottom:1px solid
 pre{{background:#f4f4f4;padding:8px;overflow:auto}}.f{{border-left:4px solid #999;padding-left:10px;margin:1em 0}}
 .high{{border-color:#d62728}}.medium{{border-color:#ff7f0e}}.low{{border-color:#17becf}}</style></head><body>
 <h1>torchsmith doctor</h1><p>{e(report.target)} · {e(report.facts.device)} · {e(report.facts.model)} ·
-median step {a.step_seconds * 1e3:.2f} ms over {len(a.steps)} recorded steps</p>
+median step {a.step_seconds * 1e3:.2f} ms over {len(a.steps)} recorded steps{_unprofiled(report)}</p>
 <h2>Step-time breakdown</h2><img alt="step time breakdown" src="data:image/png;base64,{breakdown_png(report)}">
 <table><tr><th>phase</th><th>median</th><th>share</th></tr>{rows}</table>
 {memory}<h2>Findings</h2>{findings}{f"<h2>Verified</h2><ul>{verified}</ul>" if verified else ""}
