@@ -76,10 +76,10 @@ def _linear_cross_entropy_op(
     # Mean divides by the number of non-ignored rows; kept a tensor so there is no sync point.
     denom = valid.sum().to(acc) if reduction == "mean" else torch.ones((), dtype=acc, device=x.device)
     total = torch.zeros((), dtype=acc, device=x.device)
-    empty = x.new_empty(0)
-    grad_x = torch.empty_like(x) if compute_grad else empty
-    grad_w = torch.zeros(weight.shape, dtype=acc, device=x.device) if compute_grad else empty
-    grad_b = torch.zeros(vocab, dtype=acc, device=x.device) if compute_grad and bias is not None else empty
+    # Outputs of a custom op must not alias one another: a fresh empty tensor for each unused one.
+    grad_x = torch.empty_like(x) if compute_grad else x.new_empty(0)
+    grad_w = torch.zeros(weight.shape, dtype=acc, device=x.device) if compute_grad else x.new_empty(0)
+    grad_b = torch.zeros(vocab, dtype=acc, device=x.device) if compute_grad and bias is not None else x.new_empty(0)
     eps = label_smoothing
     for start in range(0, n, chunk_size):
         xc = x[start:start + chunk_size]  # (n, C)
@@ -98,7 +98,9 @@ def _linear_cross_entropy_op(
         p.scatter_add_(1, tsafe[:, None], torch.full_like(lse[:, None], eps - 1.0))
         if eps:
             p.sub_(eps / vocab)
-        p.mul_((vc.to(acc) / denom)[:, None])  # (n, V); ignored rows are zero
+        # Ignored rows get weight 0; clamp so that an all-ignored batch gives zero gradients
+        # (as F.cross_entropy does) while its mean loss stays 0/0 = nan.
+        p.mul_((vc.to(acc) / denom.clamp(min=1))[:, None])  # (n, V)
         grad_x[start:start + chunk_size] = p.to(weight.dtype) @ weight  # (n, V) @ (V, C)
         grad_w.addmm_(p.t(), xc.to(acc))  # (V, n) @ (n, C), accumulated in fp32
         if bias is not None:
