@@ -20,16 +20,11 @@ def evaluate(model: nn.Module, batches: Iterable[Any], loss_fn: LossFn, device: 
     run's random stream (which exact resume relies on).
     """
     from torchsmith.engine.step import to_device
+    from torchsmith.transforms.inference import inference
 
-    was_training = model.training
     total, count = torch.zeros((), device=device), 0
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        model.eval()
-        try:
-            with torch.inference_mode():
-                for batch in islice(batches, max_batches):
-                    total += loss_fn(model, to_device(batch, device)).float()
-                    count += 1
-        finally:
-            model.train(was_training)
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), inference(model):
+        for batch in islice(batches, max_batches):
+            total += loss_fn(model, to_device(batch, device)).float()
+            count += 1
     return (total / count).item() if count else None
