@@ -67,6 +67,9 @@ class RunResult:
     changes: list[str] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
     """Extra measurements (peak memory, FLOPs, MFU) filled in by ``measure``."""
+    compile_seconds: float = 0.0
+    """Time torch.compile spent tracing and compiling (forward and backward) during the run, as
+    Dynamo records it; part of ``first_step_seconds`` (and of any step that recompiled)."""
 
     @property
     def final_loss(self) -> float | None:
@@ -151,6 +154,9 @@ def run(workload: Workload, plan: Plan | None = None, *, steps: int = 100, eval_
     val_losses: list[tuple[int, float]] = []
     checkpoints: list[Path] = []
     memory: dict[str, Any] = {}
+    from torchsmith.transforms.compile import compile_seconds
+
+    compiled_before = compile_seconds()
     if cb.on_start:
         cb.on_start(start, steps)
     for step in range(start + 1, steps + 1):
@@ -193,7 +199,7 @@ def run(workload: Workload, plan: Plan | None = None, *, steps: int = 100, eval_
         throughput=per_batch / summary.step_median if per_batch and summary.step_median else None,
         throughput_unit=f"{unit}/s", resumed_from=resumed, skipped_checkpoints=skipped,
         checkpoints=checkpoints, changes=step_fn.describe() + ([f"loader: {loader_change.summary}"] if workload.loader else []),
-        metrics=memory,
+        metrics=memory, compile_seconds=compile_seconds() - compiled_before,
     )
 
 
