@@ -29,6 +29,7 @@ from torchsmith.cli import inspect as _inspect  # noqa: E402,F401
 from torchsmith.cli import bench as _bench  # noqa: E402,F401
 from torchsmith.cli import doctor as _doctor  # noqa: E402,F401
 from torchsmith.cli import data as _data  # noqa: E402,F401
+from torchsmith.cli import debug as _debug  # noqa: E402,F401
 
 
 def main() -> None:
