@@ -136,6 +136,11 @@ class Loader:
         self.sampler.set_start(batches * self.batch_size)
         self.taken = int(batches)
 
+    def set_limit(self, batches: int | None) -> None:
+        """End every pass after ``batches`` batches, as a complete short epoch (for measuring:
+        an abandoned pass would leave prefetched batches that the next pass waits for)."""
+        self.sampler.stop = None if batches is None else batches * self.batch_size
+
     def __len__(self) -> int:
         """Batches in a whole epoch of this rank."""
         n = len(self.sampler)

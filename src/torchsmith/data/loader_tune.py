@@ -100,6 +100,8 @@ def measure_loader(factory: Factory, args: LoaderArgs, *, samples_per_batch: int
 def _drain(loader: Any, epoch: int, batches: int) -> int:
     if hasattr(loader, "set_epoch"):
         loader.set_epoch(epoch)
+    if hasattr(loader, "set_limit"):
+        loader.set_limit(batches)  # a short but complete epoch: no prefetched work is thrown away
     n = 0
     it = iter(loader)
     for _ in zip(range(batches), it):

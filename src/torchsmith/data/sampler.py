@@ -56,6 +56,8 @@ class ResumableSampler(Sampler):
         self.with_epoch = with_epoch
         self.epoch = 0
         self.start = 0
+        self.stop: int | None = None
+        """End each pass after this many samples of the shard (None: the whole shard)."""
 
     def set_epoch(self, epoch: int) -> None:
         """Select epoch ``epoch``'s order; a pending ``set_start`` of another epoch is dropped."""
@@ -90,7 +92,7 @@ class ResumableSampler(Sampler):
     def __iter__(self) -> Iterator[Any]:
         # The start applies to one pass: the next pass of this epoch starts from its beginning.
         start, self.start = self.start, 0
-        shard = self.shard(self.epoch)[start:].tolist()
+        shard = self.shard(self.epoch)[start:self.stop].tolist()
         if self.with_epoch:
             return iter([(self.epoch, i) for i in shard])
         return iter(shard)
