@@ -144,7 +144,7 @@ def apply_loss_impl(parts: StepParts, cfg: LossImpl) -> Change:
         return change
     model = parts.model
     head = getattr(model, "lm_head", None)
-    if type(head) is not nn.Linear:
+    if type(head) not in (nn.Linear, DeferredHead):  # DeferredHead: mark_applied names the double apply
         found = type(head).__name__ if head is not None else "no attribute lm_head"
         raise TransformError(
             f"loss_impl='chunked' replaces the final Linear + cross-entropy and needs `model.lm_head` to be an "
