@@ -19,6 +19,7 @@ def tune_command(
     out: Path = typer.Option(Path("plan.json"), "--out", help="Where to write the winning plan."),
     report: Optional[Path] = typer.Option(Path("report.html"), "--report", help="Self-contained HTML report."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda or auto."),
+    knobs: Optional[str] = typer.Option(None, "--knobs", help="Search only these knobs, comma-separated, e.g. threads,compile."),
 ) -> None:
     """Find the fastest plan for WORKLOAD that keeps the loss unchanged, prove it, write plan.json."""
     from torchsmith.report.console import console
@@ -29,7 +30,7 @@ def tune_command(
         try:
             with tune_progress() as progress:
                 result = tune(workload, budget=budget, memory_limit=memory_limit, out=out, report=report,
-                              device=device, on_progress=progress)
+                              device=device, knobs=knobs.split(",") if knobs else None, on_progress=progress)
         except WorkloadStepError as err:
             raise ValueError(str(err)) from None
     render_tune(result, console)

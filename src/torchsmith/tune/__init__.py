@@ -11,7 +11,7 @@ Example::
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from torchsmith.measure.compare import StepTimer, wall_clock
 from torchsmith.tune.budget import parse_bytes, parse_duration
@@ -25,11 +25,12 @@ __all__ = ["tune", "TuneResult", "Candidate", "GuardConfig", "TuneError", "TuneP
 
 def tune(workload: Workload | str | None = None, *, budget: str | float = "5m", memory_limit: str | int | None = None,
          out: str | Path | None = None, report: str | Path | None = None, guard: GuardConfig = GuardConfig(),
-         device: str | None = None, clock: StepTimer = wall_clock,
+         device: str | None = None, knobs: Sequence[str] | None = None, clock: StepTimer = wall_clock,
          on_progress: Callable[[TuneProgress], None] | None = None) -> TuneResult:
     """Search the plan space within ``budget`` and return the fastest plan that keeps the loss.
 
     ``out`` writes the plan as JSON; ``report`` writes a self-contained HTML report.
+    ``knobs`` limits the search to some transforms, e.g. ``["threads", "compile"]``.
     ``clock`` times one step (tests stub it to prove decisions follow measurements).
     """
     budget_s = parse_duration(budget)
@@ -38,7 +39,7 @@ def tune(workload: Workload | str | None = None, *, budget: str | float = "5m", 
         raise ValueError(f"the time budget must be positive, got {budget!r}.")
     w = load_workload(workload)
     result = search(w, budget_seconds=budget_s, memory_limit=limit, guard=guard, device=device,
-                    clock=clock, on_progress=on_progress)
+                    knobs=knobs, clock=clock, on_progress=on_progress)
     if out is not None:
         result.plan.save(out)
     if report is not None:

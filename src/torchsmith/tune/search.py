@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 from torchsmith.engine.loop import build_step, resolve_device
 from torchsmith.measure.compare import PlanMeasurement, StepTimer, measure_plans, wall_clock
@@ -52,19 +52,30 @@ class TuneProgress:
 
 def search(workload: Workload, *, budget_seconds: float, memory_limit: int | None = None,
            guard: GuardConfig = GuardConfig(), device: str | None = None, warmup: int = 2,
-           clock: StepTimer = wall_clock, on_progress: Callable[[TuneProgress], None] | None = None) -> TuneResult:
-    """Run the measured search; see the module docstring for the rules."""
+           knobs: Sequence[str] | None = None, clock: StepTimer = wall_clock,
+           on_progress: Callable[[TuneProgress], None] | None = None) -> TuneResult:
+    """Run the measured search; see the module docstring for the rules.
+
+    ``knobs`` restricts the search to those transforms (by registered name).
+    """
     from torchsmith.measure.fingerprint import machine_fingerprint
 
     start = time.perf_counter()
     dev = resolve_device(device)
     _check_workload_runs(workload, dev)
     dims = search_space(device_info(dev))
+    if knobs is not None:
+        unknown = sorted(set(knobs) - {d.name for d in dims})
+        if unknown:
+            raise TuneError(f"unknown or inapplicable knob(s) {unknown} on {dev.type}; "
+                            f"searchable here: {', '.join(d.name for d in dims)}.")
+        dims = [d for d in dims if d.name in knobs]
     speed_dims = [d for d in dims if not d.saves_memory]
     total = 2 + sum(len(d.candidates) + 2 for d in dims) + 2
 
     # Calibrate: how long is one step? This also fixes how many steps each measurement gets.
-    calib = measure_plans(workload, [Plan()], warmup=1, steps=2, device=dev, clock=clock, measure_memory=False)[0]
+    calib = measure_plans(workload, [Plan()], warmup=1, steps=2, device=dev, clock=clock,
+                          measure_memory=memory_limit is not None)[0]
     step_s = calib.step_seconds or 1e-3
     spent = time.perf_counter() - start
     plans_to_measure = 2 + sum(len(d.candidates) + 2 for d in speed_dims) + 2
@@ -83,7 +94,7 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
     candidates: list[Candidate] = []
     skipped: list[tuple[str, str]] = []
     best_speedup: float | None = 1.0
-    best_m: PlanMeasurement | None = None  # the latest measurement of `best`
+    best_m: PlanMeasurement = calib  # the latest measurement of `best`
 
     def report(knob: str) -> None:
         if on_progress:
@@ -92,7 +103,7 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
 
     report("baseline")
     for dim in dims:
-        if dim.saves_memory and (best_m is None or _fits(best_m, memory_limit)):
+        if dim.saves_memory and _fits(best_m, memory_limit):
             skipped.append((dim.name, "not needed: the best plan fits the memory limit" if memory_limit
                             else "trades speed for memory; pass --memory-limit to search it"))
             done += len(dim.candidates) + 2
@@ -132,7 +143,9 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
     base_c = Candidate.from_measurement(proof[0], proof[0], "baseline", "baseline")
     best_c = Candidate.from_measurement(proof[-1], proof[0], "best", "accepted")
     notes = []
-    if best != Plan() and (proof[-1].error or not best_c.speedup or best_c.speedup < 1.0):
+    # Fall back to the baseline only where it is an option: it must fit the memory limit.
+    if best != Plan() and _fits(proof[0], memory_limit) and (
+            proof[-1].error or not best_c.speedup or best_c.speedup < 1.0):
         notes.append(f"re-measured beside the baseline, {best.describe()} ran at "
                      f"{best_c.speedup or 0:.2f}x; kept the as-written plan instead (never a regression).")
         best, best_c = Plan(), base_c

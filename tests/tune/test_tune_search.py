@@ -1,0 +1,105 @@
+"""The tuner decides by measurement: with the clock stubbed, its choices follow the clock."""
+
+import textwrap
+
+import pytest
+
+from torchsmith.measure.compare import measure_plans
+from torchsmith.plan import Autocast, MicroBatching, Plan
+from torchsmith.tune import GuardConfig, TuneError, WorkloadStepError, tune
+from torchsmith.tune.budget import parse_bytes, parse_duration
+from torchsmith.workload import load_workload
+
+
+def stub_clock(seconds_for):
+    def clock(plan, run_step):
+        run_step()  # the step really runs: losses and parameters are real, only time is stubbed
+        return seconds_for(plan)
+    return clock
+
+
+def is_bf16(plan):
+    return isinstance(plan.precision, Autocast) and plan.precision.dtype == "bfloat16"
+
+
+def test_never_picks_bf16_when_it_measures_slower():
+    # As on an AVX2 CPU without native bf16, where bf16 autocast is ~30x slower.
+    result = tune("mlp", budget="10m", knobs=["precision"], clock=stub_clock(lambda p: 30.0 if is_bf16(p) else 1.0))
+    assert result.plan == Plan()
+    bf16 = [c for c in result.candidates if c.knob == "precision"]
+    assert bf16 and bf16[0].status == "slower" and bf16[0].speedup == pytest.approx(1 / 30)
+
+
+def test_picks_bf16_when_it_measures_faster():
+    # The same code picks it when the measurement says it is faster: the choice is not a rule.
+    result = tune("mlp", budget="10m", knobs=["precision"], clock=stub_clock(lambda p: 0.5 if is_bf16(p) else 1.0))
+    assert is_bf16(result.plan)
+    assert result.speedup == pytest.approx(2.0)
+
+
+def test_candidates_inside_the_noise_margin_do_not_win():
+    result = tune("mlp", budget="10m", knobs=["optimizer"], clock=stub_clock(lambda p: 0.99 if p != Plan() else 1.0))
+    assert result.plan == Plan()
+    assert all(c.status in ("baseline", "slower", "n/a") for c in result.candidates)
+
+
+def test_a_guard_violation_is_rejected_with_the_measured_difference():
+    strict = GuardConfig(loss_rtol=1e-9, param_rtol=1e-9)
+    result = tune("mlp", budget="10m", knobs=["precision"], guard=strict,
+                  clock=stub_clock(lambda p: 0.1 if is_bf16(p) else 1.0))
+    rejected = [c for c in result.candidates if c.status == "rejected"]
+    assert result.plan == Plan() and rejected
+    assert "differ" in rejected[0].reason and "tolerance" in rejected[0].reason
+
+
+def test_memory_limit_below_the_baseline_finds_a_plan_that_fits():
+    w = load_workload("mlp")
+    base = measure_plans(w, [Plan(), Plan(microbatching=MicroBatching(count=4))], warmup=1, steps=1)
+    assert base[1].peak_memory_bytes < base[0].peak_memory_bytes
+    limit = (base[0].peak_memory_bytes + base[1].peak_memory_bytes) // 2
+    result = tune(w, budget="10m", memory_limit=limit, knobs=["microbatching"],
+                  clock=stub_clock(lambda p: 1.0 + 0.1 * p.microbatching.count))
+    assert result.plan.microbatching.count > 1
+    assert result.best.peak_memory_bytes <= limit
+
+
+def test_budget_too_small_to_measure_the_baseline():
+    with pytest.raises(TuneError, match="(?s)too small: one step of mlp takes 10.00 s.*Tip: pass --budget"):
+        tune("mlp", budget="30s", clock=stub_clock(lambda p: 10.0))
+
+
+def test_failing_workload_reports_the_original_error_and_spec(tmp_path):
+    path = tmp_path / "broken.py"
+    path.write_text(textwrap.dedent("""
+        import torch
+        from torchsmith import Workload
+        def loss(model, batch):
+            return model(batch).sum() / 0 if False else 1 // 0
+        def workload():
+            return Workload(model=lambda: torch.nn.Linear(2, 2), batches=[torch.ones(4, 2)], loss=loss,
+                            optimizer=lambda p: torch.optim.SGD(p, lr=0.1))
+    """))
+    with pytest.raises(WorkloadStepError, match=r"broken.py:workload' fails as written.*ZeroDivisionError") as err:
+        tune(f"{path}:workload", budget="1m")
+    assert isinstance(err.value.original, ZeroDivisionError)
+
+
+def test_unknown_knob_is_named():
+    with pytest.raises(TuneError, match="unknown or inapplicable knob.*'warp'"):
+        tune("mlp", budget="1m", knobs=["warp"])
+
+
+@pytest.mark.parametrize("text, seconds", [("5m", 300), ("90s", 90), ("1.5h", 5400), (42, 42)])
+def test_parse_duration(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text, n", [("8GB", 8_000_000_000), ("512MiB", 512 * 2**20), ("2g", 2_000_000_000)])
+def test_parse_bytes(text, n):
+    assert parse_bytes(text) == n
+
+
+@pytest.mark.parametrize("bad", ["lots", "8 parsecs", "-1GB"])
+def test_unparsable_memory_limit(bad):
+    with pytest.raises(ValueError, match="cannot read the memory limit"):
+        parse_bytes(bad)
