@@ -21,6 +21,7 @@ Example::
 
 from __future__ import annotations
 
+import traceback
 import warnings
 from typing import Any, Callable
 
@@ -41,6 +42,15 @@ def compile_errors() -> tuple[type[BaseException], ...]:
     from torch._inductor.exc import CppCompileError, InvalidCxxCompiler, OperatorIssue
 
     return (TorchDynamoException, CppCompileError, InvalidCxxCompiler, OperatorIssue)
+
+
+def is_compile_error(err: BaseException) -> bool:
+    """True for a failure to compile: a Dynamo/Inductor error, or any error raised while AOT autograd
+    compiled the backward lazily (a backend's own exception passes through unwrapped there)."""
+    if isinstance(err, compile_errors()):
+        return True
+    frames = traceback.extract_tb(err.__traceback__)
+    return any(f.name == "get_or_compile" and "_aot_autograd" in f.filename for f in frames)
 
 
 def compile_seconds() -> float:
@@ -68,9 +78,12 @@ class EagerFallback:
 
     def __call__(self, err: BaseException) -> bool:
         """Fall back if ``err`` is a compile error of a still-compiled model; True when the caller should re-run."""
-        if self.reason is not None or not self.modules or not isinstance(err, compile_errors()):
+        if self.reason is not None or not self.modules or not is_compile_error(err):
             return False
-        self.reason = f"{type(err).__name__}: {str(err).strip().splitlines()[0][:300] if str(err).strip() else ''}"
+        self.reason = _describe(err)
+        cause = getattr(err, "inner_exception", None) or err.__cause__  # BackendCompilerFailed wraps the real error
+        if cause is not None:
+            self.reason += f" <- {_describe(cause)}"
         for module in self.modules:
             _uncompile(module)
         warnings.warn(
@@ -80,6 +93,11 @@ class EagerFallback:
             RuntimeWarning, stacklevel=2,
         )
         return True
+
+
+def _describe(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0][:200]}" if lines else type(err).__name__
 
 
 def _uncompile(module: nn.Module) -> None:
