@@ -99,7 +99,13 @@ class MmapDataset(Dataset):
         out = _empty((idx.size, *self.index.shape), dtype)
         local = idx - self._starts[shards]
         if idx.size and (shards == shards[0]).all():  # the common case: one gather, one copy
-            np.take(self._shard(int(shards[0]))[0], local, axis=0, out=out)
+            data = self._shard(int(shards[0]))[0]
+            if local[-1] - local[0] == idx.size - 1 and (np.diff(local) == 1).all():
+                np.copyto(out, data[local[0]:local[-1] + 1])  # a contiguous run: a plain memcpy
+            else:
+                # Bounds are checked above; mode="clip" lets numpy write straight into `out`
+                # (mode="raise" would gather into a temporary buffer and copy it again).
+                np.take(data, local, axis=0, out=out, mode="clip")
             return as_tensor(out)
         for k in np.unique(shards):
             mask = shards == k

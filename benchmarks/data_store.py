@@ -1,0 +1,189 @@
+"""Packed memory-mapped store vs the usual alternatives, side by side, with ratios.
+
+1. Store vs naive: ``MmapDataset`` vs a Dataset that ``np.load``s one ``.npy`` file per sample,
+   same samples, same DataLoader settings (per-sample fetch, batch 256, shuffled, 0 workers).
+   Target: >= 10x samples/s. The store with a batch sampler is printed too.
+2. Raw read: ``MmapDataset`` batch reads vs a raw ``memcpy`` of the same bytes out of the page
+   cache (``np.copyto`` from the mapped shard): the fraction of memcpy speed achieved, for
+   sequential and for shuffled batches. A memcpy into a freshly allocated buffer, which a
+   batch that the caller owns needs, is printed as a second reference.
+3. Manager list vs store: a dataset held in ``torch.multiprocessing.Manager().list`` vs
+   ``MmapDataset``, both through a DataLoader with 2 workers.
+
+Variants alternate round by round in one process and the median is kept; on a shared machine
+only the ratios mean anything.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/data_store.py [--samples 20000] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.multiprocessing as mp
+from torch.utils.data import DataLoader, Dataset
+
+from torchsmith.data.loader import make_loader
+from torchsmith.data.mmap_dataset import MmapDataset
+from torchsmith.data.store import pack_arrays
+from torchsmith.plan import LoaderConfig
+
+SHAPE = (3, 32, 32)  # uint8 images: 3 KiB a sample
+
+
+class NpyFiles(Dataset):
+    """The naive pattern: one file per sample, ``np.load`` in ``__getitem__``."""
+
+    def __init__(self, files: list[Path]) -> None:
+        self.files = files
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.from_numpy(np.load(self.files[i]))
+
+
+class ManagerList(Dataset):
+    """Samples in a ``Manager().list``: every access is a round trip to the manager process."""
+
+    def __init__(self, shared) -> None:
+        self.shared = shared
+
+    def __len__(self) -> int:
+        return len(self.shared)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.from_numpy(self.shared[i])
+
+
+def rate(loader, batches: int, batch_size: int) -> float:
+    """Samples/s over ``batches`` batches of one fresh pass (workers, if any, already warm)."""
+    it = iter(loader)
+    next(it)  # start-up and first batch out of the timed region
+    start, n = time.perf_counter(), 0
+    for _ in zip(range(batches), it):
+        n += 1
+    seconds = time.perf_counter() - start
+    del it
+    return n * batch_size / seconds
+
+
+def interleaved(variants: dict, rounds: int) -> dict[str, float]:
+    results: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(rounds):
+        for name, fn in variants.items():
+            results[name].append(fn())
+    return {k: statistics.median(v) for k, v in results.items()}
+
+
+def store_vs_naive(root: Path, data: np.ndarray, rounds: int) -> None:
+    files = []
+    folder = root / "files"
+    folder.mkdir()
+    for i, sample in enumerate(data):
+        files.append(folder / f"{i:06d}.npy")
+        np.save(files[-1], sample)
+    store = MmapDataset(root / "store")
+    naive = NpyFiles(files)
+    bs, batches = 256, min(40, len(data) // 256 - 1)
+    # The same sampler and DataLoader settings for both: the only difference is the dataset.
+    sampler = lambda: torch.randperm(len(data), generator=torch.Generator().manual_seed(0)).tolist()  # noqa: E731
+    r = interleaved({
+        "naive np.load per file": lambda: rate(DataLoader(naive, batch_size=bs, sampler=sampler()), batches, bs),
+        "MmapDataset per sample": lambda: rate(DataLoader(store, batch_size=bs, sampler=sampler()), batches, bs),
+        "MmapDataset batch sampler": lambda: rate(make_loader(store, LoaderConfig(batch_fetch=True), batch_size=bs),
+                                                  batches, bs),
+    }, rounds)
+    base = r["naive np.load per file"]
+    print(f"\n1. store vs naive ({len(data)} samples of {SHAPE} uint8, batch {bs}, 0 workers, page cache warm)")
+    for k, v in r.items():
+        print(f"   {k:28s} {v:12,.0f} samples/s  {v / base:6.1f}x")
+    ratio = r["MmapDataset per sample"] / base
+    print(f"   same DataLoader settings: {ratio:.1f}x (target >= 10x: {'met' if ratio >= 10 else 'NOT met'}); "
+          f"with the store's batch sampler: {r['MmapDataset batch sampler'] / base:.1f}x")
+
+
+def raw_read(root: Path, rounds: int, mib: int) -> None:
+    n = (mib << 20) // int(np.prod(SHAPE))
+    pack_arrays(np.random.default_rng(1).integers(0, 255, (n, *SHAPE), dtype=np.uint8), root / "big",
+                shard_bytes=(mib + 1) << 20)  # one shard: memcpy and gather read the same mapping
+    ds = MmapDataset(root / "big")
+    mapped = ds._shard(0)[0]  # (n, 3, 32, 32) uint8, page cache warm after the checksum read
+    bs = 1024
+    out = np.empty((bs, *SHAPE), np.uint8)
+    seq = [np.arange(i, i + bs) for i in range(0, n - bs + 1, bs)]
+    perm = np.random.default_rng(2).permutation(n)
+    shuf = [np.sort(perm[i:i + bs]) for i in range(0, n - bs + 1, bs)]
+
+    def gbps(fn) -> float:
+        start = time.perf_counter()
+        for idx in seq:
+            fn(idx)
+        return len(seq) * out.nbytes / (time.perf_counter() - start) / 1e9
+
+    r = interleaved({
+        "memcpy (np.copyto from the mapping)": lambda: gbps(lambda idx: np.copyto(out, mapped[idx[0]:idx[0] + bs])),
+        # What returning a new batch costs at least: the same memcpy into a freshly allocated buffer.
+        "memcpy into a fresh buffer": lambda: gbps(lambda idx: np.copy(mapped[idx[0]:idx[0] + bs])),
+        "MmapDataset sequential batches": lambda: gbps(lambda idx: ds.get_batch(idx)),
+        "MmapDataset shuffled batches": lambda: _shuffled(ds, shuf, out.nbytes),
+    }, rounds)
+    base = r["memcpy (np.copyto from the mapping)"]
+    print(f"\n2. raw read ({mib} MiB store, batches of {bs} x 3 KiB)")
+    for k, v in r.items():
+        print(f"   {k:36s} {v:6.2f} GB/s  {v / base:6.0%} of memcpy")
+
+
+def _shuffled(ds: MmapDataset, batches: list[np.ndarray], nbytes: int) -> float:
+    start = time.perf_counter()
+    for idx in batches:
+        ds.get_batch(idx)
+    return len(batches) * nbytes / (time.perf_counter() - start) / 1e9
+
+
+def manager_vs_store(root: Path, data: np.ndarray, rounds: int) -> None:
+    n = min(len(data), 6000)
+    with mp.Manager() as manager:
+        shared = manager.list(list(data[:n]))
+        man, store = ManagerList(shared), MmapDataset(root / "store")
+        bs, batches = 64, min(30, n // 64 - 2)
+        cfg = LoaderConfig(num_workers=2, persistent_workers=True)
+        loaders = {"Manager().list, 2 workers": make_loader(man, cfg, batch_size=bs),
+                   "MmapDataset, 2 workers": make_loader(store, cfg, batch_size=bs)}
+        for loader in loaders.values():
+            rate(loader, 2, bs)  # start the persistent workers
+        r = interleaved({k: (lambda ld=ld: rate(ld, batches, bs)) for k, ld in loaders.items()}, rounds)
+        for loader in loaders.values():
+            loader.close()
+    base = r["Manager().list, 2 workers"]
+    print(f"\n3. Manager list vs store ({n} samples, batch {bs}, per-sample fetch, persistent workers)")
+    for k, v in r.items():
+        print(f"   {k:28s} {v:12,.0f} samples/s  {v / base:6.1f}x")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--samples", type=int, default=20000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--raw-mib", type=int, default=256)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    data = np.random.default_rng(0).integers(0, 255, (args.samples, *SHAPE), dtype=np.uint8)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        pack_arrays(data, root / "store")
+        store_vs_naive(root, data, args.rounds)
+        raw_read(root, args.rounds, args.raw_mib)
+        manager_vs_store(root, data, args.rounds)
+    print("\nFigures from one shared machine at one moment: compare the ratios, not the absolute rates.")
+
+
+if __name__ == "__main__":
+    main()
