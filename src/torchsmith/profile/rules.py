@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Literal
 
-from torchsmith.plan import Compile, OptimizerImpl, Plan, Threads
+from torchsmith.plan import Compile, LoaderConfig, OptimizerImpl, Plan, Threads
 from torchsmith.profile.analysis import TraceAnalysis
 from torchsmith.profile.capture import Facts
 
@@ -137,8 +137,12 @@ def data_bound(ctx: DoctorContext) -> Finding | None:
            f"                    pin_memory={pin})\n"
            "# If __getitem__ decodes or parses, pre-process once into a memory-mapped array\n"
            "# (numpy.memmap / torchsmith.data) so that each sample is a slice, not a decode.")
+    plan = None
+    if ctx.plan is not None:  # verify rebuilds the workload's loader (needs Workload.loader)
+        plan = ctx.plan.replace(loader=LoaderConfig(num_workers=workers, persistent_workers=True, prefetch_factor=4))
     return Finding("data-bound", "Training waits for data", _severity(share), evidence, fix,
-                   f"up to {share:.0%} of step time, once workers load ahead of the {_ms(compute)} of compute", share)
+                   f"up to {share:.0%} of step time, once workers load ahead of the {_ms(compute)} of compute",
+                   share, plan)
 
 
 @rule("sync-in-loop", "host-device syncs inside most steps")
