@@ -38,7 +38,8 @@ def render_tune_html(r: TuneResult) -> str:
         kpis,
         f"<h2>Tuned plan</h2><p><b>{esc(r.plan.describe())}</b></p>",
         "".join(f"<p class=warn>{esc(n)}</p>" for n in r.notes),
-        "<h2>Throughput per candidate</h2>" + _bar_chart(r, measured, "throughput"),
+        "<h2>Throughput per candidate</h2><p class=sub>Each candidate's speedup over the baseline measured "
+        "beside it, applied to the final baseline measurement.</p>" + _bar_chart(r, measured, "throughput"),
         "<h2>Peak memory per candidate</h2>" + _bar_chart(r, measured, "memory"),
         "<h2>Loss: baseline vs tuned (same seed, same batches)</h2>" + _loss_chart(r),
         "<h2>All candidates</h2>" + _candidate_table(r, r.candidates),
@@ -81,10 +82,10 @@ def _bar_chart(r: TuneResult, cands: list[Candidate], what: str) -> str:
     ax.invert_yaxis()
     ax.set_xlabel(r.throughput_unit if what == "throughput" else "peak memory (MiB)")
     if what == "memory" and r.memory_limit_bytes:
-        ax.axvline(r.memory_limit_bytes / 2**20, color="#cf222e", linestyle="--", label="memory limit")
-        ax.legend()
+        ax.axvline(r.memory_limit_bytes / 2**20, color="#cf222e", linestyle="--")
+        ax.text(r.memory_limit_bytes / 2**20, -0.6, " memory limit", color="#cf222e", fontsize=8)
     handles = [plt.Rectangle((0, 0), 1, 1, color=col) for col in _COLOURS.values()]
-    ax.legend(handles, list(_COLOURS), fontsize=7, loc="lower right")
+    ax.legend(handles, list(_COLOURS), fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     return figure_to_img(fig, f"{what} per candidate")
 
 

@@ -82,6 +82,9 @@ class TuneResult:
         return self.best.speedup
 
     def throughput(self, c: Candidate) -> float | None:
-        if not c.step_seconds:
+        """Throughput of ``c``, comparable across candidates: the final baseline measurement scaled
+        by ``c``'s speedup over the baseline measured beside it (absolute times from different
+        moments of a shared machine are not comparable; side-by-side ratios are)."""
+        if not c.speedup or not self.baseline.step_seconds:
             return None
-        return (self.items_per_step or 1) / c.step_seconds
+        return (self.items_per_step or 1) / self.baseline.step_seconds * c.speedup
