@@ -144,7 +144,7 @@ def _analyse(events: list[dict[str, Any]], top: int) -> TraceAnalysis:
         names = [e["name"] for e in evs]
         optim = [(e["ts"], min(_end(e), s1)) for e, n in zip(evs, names)
                  if n.startswith(("Optimizer.step#", "Optimizer.zero_grad#"))]
-        syncs = [e for e in evs if (e["name"] in _SYNC_OPS and not _inside(e, optim)) or _is_cuda_sync(e)]
+        syncs = [e for e in evs if (e["name"] in _SYNC_OPS or _is_cuda_sync(e)) and not _inside(e, optim)]
         # `aten::item` runs `aten::_local_scalar_dense` inside it: one sync, counted once.
         syncs = [e for e in syncs if not any(o is not e and o["ts"] <= e["ts"] and _end(e) <= _end(o) for o in syncs)]
         back = [(e["ts"], _end(e)) for e in evs if e.get("cat") == "python_function" and _BACKWARD.search(e["name"])]

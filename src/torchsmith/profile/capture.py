@@ -121,7 +121,7 @@ def usable_cores() -> int:
         cpus = os.sched_getaffinity(0)
     except AttributeError:  # macOS, Windows
         return os.cpu_count() or 1
-    cores, cpu = set(), None
+    cores = set()
     try:
         with open("/proc/cpuinfo") as f:
             info: dict[str, str] = {}
