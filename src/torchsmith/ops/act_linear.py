@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from torchsmith.ops.activations import ACTIVATIONS, act_forward, act_grad
+from torchsmith.ops.activations import ACTIVATIONS, act_backward, act_forward
 
 __all__ = ["act_linear", "ActLinearMLP"]
 
@@ -53,7 +53,7 @@ class _ActLinear(torch.autograd.Function):
         grad_h = grad_w = grad_b = None
         if need_h:
             grad_a = gy @ weight  # (N, out) @ (out, in) -> (N, in)
-            grad_h = (grad_a * act_grad(h.reshape(-1, h.shape[-1]), ctx.kind)).reshape(h.shape)
+            grad_h = act_backward(grad_a, h.reshape(-1, h.shape[-1]), ctx.kind).reshape(h.shape)
         if need_w:
             a = act_forward(h.reshape(-1, h.shape[-1]), ctx.kind)  # recomputed: (N, in)
             grad_w = gy.t() @ a  # (out, N) @ (N, in)

@@ -5,9 +5,9 @@ An activation written out in Python, as nanoGPT's ``NewGELU`` is::
     0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * torch.pow(x, 3))))
 
 makes autograd save every intermediate its ops need for backward: ``x``, ``x ** 2``,
-the tanh output, ``1 + tanh``, ``0.5 * x``... Four to five tensors the size of ``x``
+the tanh output, ``0.5 * x``...: four tensors the size of ``x`` (measured)
 per call (``x * torch.sigmoid(x)`` saves two). The Functions here save ``x`` alone and
-recompute the derivative from it in backward, a few cheap elementwise ops.
+recompute the derivative from it in backward, with ATen's fused backward kernels.
 
 Measured, not assumed (``benchmarks/activations.py``, ``tests/ops``): PyTorch's native
 ``nn.GELU`` and ``nn.SiLU`` *already* save only their input in eager mode, so against
@@ -24,17 +24,11 @@ Example::
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor, nn
 
-__all__ = ["gelu", "silu", "LeanGELU", "LeanSiLU", "act_forward", "act_grad"]
+__all__ = ["gelu", "silu", "LeanGELU", "LeanSiLU", "act_forward", "act_backward"]
 
-_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-_INV_SQRT_2 = 1.0 / math.sqrt(2.0)
-_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
-_GELU_C = 0.044715
 ACTIVATIONS = ("gelu", "gelu_tanh", "silu")
 
 
@@ -45,18 +39,18 @@ def act_forward(x: Tensor, kind: str) -> Tensor:
     return torch.nn.functional.gelu(x, approximate="tanh" if kind == "gelu_tanh" else "none")
 
 
-def act_grad(x: Tensor, kind: str) -> Tensor:
-    """``d kind(x) / dx``, recomputed from ``x`` alone (elementwise, same shape as ``x``)."""
+def act_backward(grad: Tensor, x: Tensor, kind: str) -> Tensor:
+    """``grad * d kind(x) / dx``, recomputed from ``x`` alone, with ATen's fused backward kernels.
+
+    The derivatives, for the record (one elementwise kernel each, no temporaries):
+    silu' = s (1 + x (1 - s)) with s = sigmoid(x); exact gelu' = Phi(x) + x phi(x);
+    tanh gelu' = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2),
+    t = tanh(sqrt(2/pi) (x + 0.044715 x^3)). Written out in Python they would allocate a
+    temporary per operation and run several times slower than these kernels.
+    """
     if kind == "silu":
-        s = torch.sigmoid(x)
-        return s * (1.0 + x * (1.0 - s))  # silu' = s + x s (1 - s)
-    if kind == "gelu_tanh":
-        t = torch.tanh(_SQRT_2_OVER_PI * (x + _GELU_C * x * x * x))
-        # d/dx 0.5 x (1 + t) = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3c x^2)
-        return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _SQRT_2_OVER_PI * (1.0 + 3.0 * _GELU_C * x * x)
-    # exact GELU: x Phi(x)  ->  Phi(x) + x phi(x)
-    cdf = 0.5 * (1.0 + torch.erf(x * _INV_SQRT_2))
-    return cdf + x * torch.exp(-0.5 * x * x) * _INV_SQRT_2PI
+        return torch.ops.aten.silu_backward(grad, x)
+    return torch.ops.aten.gelu_backward(grad, x, approximate="tanh" if kind == "gelu_tanh" else "none")
 
 
 def _check(kind: str) -> None:
@@ -81,7 +75,7 @@ class _LeanActivation(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_y: Tensor):
         (x,) = ctx.saved_tensors
-        return grad_y * act_grad(x, ctx.kind), None
+        return act_backward(grad_y, x, ctx.kind), None
 
 
 def gelu(x: Tensor, approximate: str = "none") -> Tensor:
