@@ -7,6 +7,8 @@ rank falls by ~world; communication per step rises by one broadcast of the param
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
@@ -32,10 +34,13 @@ def apply_zero1(parts: StepParts, cfg: Zero1) -> Change:
         )
     change = apply_ddp(parts, DDP())
     change.summary = change.summary.replace("DDP", "ZeRO-1 (DDP gradients, sharded optimizer state)", 1)
-    groups = [dict(g) for g in old.param_groups]  # params + per-group hyperparameters
-    zero = ZeroRedundancyOptimizer(groups[0]["params"], optimizer_class=type(old),
-                                   **{k: v for k, v in groups[0].items() if k != "params"})
-    for group in groups[1:]:
+    # The constructor takes the first group's hyperparameters (only those it accepts: a group
+    # may also hold derived keys such as AdamW's decoupled_weight_decay); later groups keep theirs.
+    accepted = inspect.signature(type(old).__init__).parameters
+    first, *rest = [dict(g) for g in old.param_groups]
+    zero = ZeroRedundancyOptimizer(first["params"], optimizer_class=type(old),
+                                   **{k: v for k, v in first.items() if k in accepted and k != "params"})
+    for group in rest:
         zero.add_param_group(group)
     parts.optimizer = zero
     if parts.scheduler is not None:
