@@ -120,7 +120,9 @@ class OOMReport:
     grads: int
     optimizer_state: int
     activations: int
-    """Tensors saved for backward plus live intermediates, found from the failing frames."""
+    """Tensors saved for backward plus live intermediates and inputs, found from the failing frames."""
+    other: int = 0
+    """Other live tensors in the process (datasets, other models, leaked references)."""
     allocated: int | None
     """Allocator's total at the failure (CUDA); None on CPU."""
     largest: list[LiveTensor] = field(default_factory=list)
@@ -132,7 +134,7 @@ class OOMReport:
         lines = [f"torchsmith OOM explanation ({self.device}"
                  + (f", tried to allocate {gib(self.requested_bytes)}" if self.requested_bytes else "") + "):",
                  f"  parameters {gib(self.params)}, gradients {gib(self.grads)}, optimizer state "
-                 f"{gib(self.optimizer_state)}, activations {gib(self.activations)}"]
+                 f"{gib(self.optimizer_state)}, activations {gib(self.activations)}, other live tensors {gib(self.other)}"]
         lines += [f"  largest: {t.what} {tuple(t.shape)} {t.dtype} {gib(t.bytes)}" for t in self.largest[:5]]
         lines += [f"  fix {i}: {f.name}, saves ~{gib(f.saving_bytes)}: {f.how}" for i, f in enumerate(self.fixes, 1)]
         return "\n".join(lines + ["  " + self.note])
@@ -190,16 +192,21 @@ def explain(err: BaseException, model: nn.Module | None = None,
                 if isinstance(v, torch.Tensor):
                     names[v.untyped_storage()._cdata] = f"optimizer {k} of {n}"
     frame_tensors = [v for f in _frames(err.__traceback__) for v in f.f_locals.values() if isinstance(v, torch.Tensor)]
-    with warnings.catch_warnings():  # isinstance() on some lazy torch objects warns of deprecations
-        warnings.simplefilter("ignore")
-        others = [o for o in gc.get_objects() if isinstance(o, torch.Tensor)]
     live: dict[int, LiveTensor] = {}
-    for t in frame_tensors + _saved_tensors(frame_tensors) + others:
+    state = [p for p in (model.parameters() if model else [])]
+    state += [p.grad for p in state if p.grad is not None]
+    state += [v for st in (optimizer.state.values() if optimizer else []) for v in st.values() if isinstance(v, torch.Tensor)]
+    for t in frame_tensors + _saved_tensors(frame_tensors) + state:
         key = t.untyped_storage()._cdata
         if key not in live:
             live[key] = LiveTensor(names.get(key, "activation or input"), list(t.shape), str(t.dtype).removeprefix("torch."),
                                    t.untyped_storage().nbytes())
     acts = sum(t.bytes for t in live.values() if t.what == "activation or input")
+    with warnings.catch_warnings():  # isinstance() on some lazy torch objects warns of deprecations
+        warnings.simplefilter("ignore")
+        others = {o.untyped_storage()._cdata: o.untyped_storage().nbytes() for o in gc.get_objects()
+                  if isinstance(o, torch.Tensor) and not o.is_meta}
+    other = sum(n for key, n in others.items() if key not in live and key not in names)
     device = next((p.device for p in model.parameters()), torch.device("cpu")) if model is not None else torch.device("cpu")
     allocated = torch.cuda.memory_allocated(device) if device.type == "cuda" else None
     if allocated is not None and split is not None:
@@ -207,7 +214,7 @@ def explain(err: BaseException, model: nn.Module | None = None,
     return OOMReport(
         device=str(device), error=str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__,
         requested_bytes=_requested_bytes(err), params=split.params if split else 0, grads=split.grads if split else 0,
-        optimizer_state=split.optimizer_state if split else 0, activations=acts, allocated=allocated,
+        optimizer_state=split.optimizer_state if split else 0, activations=acts, other=other, allocated=allocated,
         largest=sorted(live.values(), key=lambda t: -t.bytes)[:10], fixes=_fixes(model, acts))
 
 
