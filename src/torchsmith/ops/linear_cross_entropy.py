@@ -86,21 +86,27 @@ def _linear_cross_entropy_op(
         tc = target[start:start + chunk_size]  # (n,)
         vc = valid[start:start + chunk_size]
         z = torch.nn.functional.linear(xc, weight, bias).to(acc)  # (n, V): the only logits alive
-        lse = torch.logsumexp(z, dim=-1)  # (n,)
         tsafe = torch.where(vc, tc, 0)  # ignored rows point at class 0, then get weight 0
-        nll = lse - z.gather(1, tsafe[:, None]).squeeze(1)  # (n,)
-        rows = nll if eps == 0.0 else (1.0 - eps) * nll + eps * (lse - z.mean(dim=-1))
+        z_t = z.gather(1, tsafe[:, None]).squeeze(1)  # (n,) logit of the target
+        z_mean = z.mean(dim=-1) if eps else None  # (n,) for label smoothing
+        # One exp pass serves both the loss and its gradient: exp(z - max), in place of the logits.
+        m = z.amax(dim=-1, keepdim=True)  # (n, 1)
+        e = z.sub_(m).exp_()  # (n, V)
+        s = e.sum(dim=-1)  # (n,)
+        lse = m.squeeze(1) + s.log()  # (n,) logsumexp
+        nll = lse - z_t
+        rows = nll if eps == 0.0 else (1.0 - eps) * nll + eps * (lse - z_mean)
         total = total + torch.where(vc, rows, 0.0).sum()
         if not compute_grad:
             continue
         # d loss / d z = softmax(z) - (1-eps) * onehot(t) - eps / V, per valid row, / denom.
-        p = z.sub_(lse[:, None]).exp_()  # softmax, in place of the logits
-        p.scatter_add_(1, tsafe[:, None], torch.full_like(lse[:, None], eps - 1.0))
-        if eps:
-            p.sub_(eps / vocab)
         # Ignored rows get weight 0; clamp so that an all-ignored batch gives zero gradients
         # (as F.cross_entropy does) while its mean loss stays 0/0 = nan.
-        p.mul_((vc.to(acc) / denom.clamp(min=1))[:, None])  # (n, V)
+        scale = vc.to(acc) / denom.clamp(min=1)  # (n,)
+        p = e.mul_((scale / s)[:, None])  # (n, V): scaled softmax
+        p.scatter_add_(1, tsafe[:, None], ((eps - 1.0) * scale)[:, None])
+        if eps:
+            p.sub_((eps / vocab * scale)[:, None])
         grad_x[start:start + chunk_size] = p.to(weight.dtype) @ weight  # (n, V) @ (V, C)
         grad_w.addmm_(p.t(), xc.to(acc))  # (V, n) @ (n, C), accumulated in fp32
         if bias is not None:
