@@ -1,0 +1,19 @@
+"""Data: packed memory-mapped stores, a resumable sampler and loader, and measured loader tuning.
+
+Example::
+
+    from torchsmith.data import MmapDataset, make_loader, pack_source
+    pack_source("images/", "store/")                  # or `torchsmith data pack images/ store/`
+    loader = make_loader(MmapDataset("store/"), plan.loader, batch_size=64, seed=0)
+"""
+
+from torchsmith.data.loader import Loader, LoaderArgs, make_loader
+from torchsmith.data.loader_tune import LoaderTuneResult, tune_loader
+from torchsmith.data.mmap_dataset import MmapDataset, verify_store
+from torchsmith.data.sampler import ResumableSampler
+from torchsmith.data.store import StoreError, StoreWriter, pack_arrays, pack_bytes, pack_source, read_index
+
+__all__ = [
+    "Loader", "LoaderArgs", "LoaderTuneResult", "MmapDataset", "ResumableSampler", "StoreError", "StoreWriter",
+    "make_loader", "pack_arrays", "pack_bytes", "pack_source", "read_index", "tune_loader", "verify_store",
+]

@@ -171,12 +171,19 @@ class Loader:
 
 def make_loader(dataset: Any, cfg: LoaderConfig | None = None, *, batch_size: int, seed: int = 0,
                 written: LoaderArgs = LoaderArgs(), shuffle: bool = True, drop_last: bool = True,
-                collate_fn: Callable[[list], Any] | None = None, rank: int = 0, world_size: int = 1,
-                with_epoch: bool = False) -> Loader:
+                collate_fn: Callable[[list], Any] | None = None, rank: int | None = None,
+                world_size: int | None = None, with_epoch: bool = False) -> Loader:
     """A resumable :class:`Loader` over ``dataset`` with ``cfg`` applied on top of ``written``.
+
+    ``rank``/``world_size`` default to the initialised process group's (each rank then reads a
+    disjoint shard of every epoch), else 0 and 1.
 
     >>> loader = make_loader(MmapDataset("store/"), LoaderConfig(num_workers=2), batch_size=64)
     """
+    if rank is None or world_size is None:
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        rank = torch.distributed.get_rank() if distributed else 0
+        world_size = torch.distributed.get_world_size() if distributed else 1
     sampler = ResumableSampler(len(dataset), shuffle=shuffle, seed=seed, rank=rank, world_size=world_size,
                                with_epoch=with_epoch)
     return Loader(dataset, sampler, written.resolve(cfg), batch_size=batch_size, collate_fn=collate_fn,
