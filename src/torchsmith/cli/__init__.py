@@ -30,6 +30,8 @@ from torchsmith.cli import bench as _bench  # noqa: E402,F401
 from torchsmith.cli import doctor as _doctor  # noqa: E402,F401
 from torchsmith.cli import data as _data  # noqa: E402,F401
 from torchsmith.cli import debug as _debug  # noqa: E402,F401
+from torchsmith.cli import launch as _launch  # noqa: E402,F401
+from torchsmith.cli import desync as _desync  # noqa: E402,F401  (registers `debug desync`)
 
 
 def main() -> None:

@@ -73,7 +73,8 @@ def build_command(cfg: LaunchConfig, args: list[str], entry: list[str] = WORKER)
     cmd = [sys.executable, "-m", "torch.distributed.run",
            "--nnodes", cfg.nnodes, "--nproc-per-node", str(cfg.nproc_per_node),
            "--rdzv-backend", cfg.rdzv_backend, "--rdzv-endpoint", endpoint,
-           "--rdzv-id", cfg.rdzv_id or uuid.uuid4().hex[:12],
+           # Nodes of one job must share the id: a fixed default with a shared endpoint, a fresh one on loopback.
+           "--rdzv-id", cfg.rdzv_id or (uuid.uuid4().hex[:12] if cfg.rdzv_endpoint is None else "torchsmith"),
            "--max-restarts", str(cfg.max_restarts)]
     if cfg.log_dir:
         cmd += ["--log-dir", cfg.log_dir, "--tee", "3"]
