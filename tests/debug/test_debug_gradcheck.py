@@ -73,6 +73,6 @@ def test_custom_op_runs_opcheck_and_names_the_wrong_input():
     good = check_gradients(_custom_op("tstest::sq_good", wrong=False), shapes=[(5,), (5,)])
     assert good.ok and good.kind == "custom op" and good.opcheck
     assert all(v in ("SUCCESS", "SKIPPED") for v in good.opcheck.values())
-    bad = check_gradients(_custom_op("tstest::sq_bad", wrong=True), shapes=[(5,), (5,)])
+    bad = check_gradients(_custom_op("tstest::sq_bad", wrong=True), shapes=[(5,), (5,)], opcheck=False)
     assert bad.kind == "custom op" and bad.wrong == ["x"]
     assert bad.inputs[0].max_rel_error > 0.3  # half the true gradient: relative error 0.5

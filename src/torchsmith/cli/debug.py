@@ -86,7 +86,7 @@ def grads_command(
     from torchsmith.engine.loop import build_step, resolve_device
     from torchsmith.plan import Plan
     from torchsmith.report.console import console
-    from torchsmith.report.debug import grads_html, grads_to_dict, render_grads, save_grad_png, step_progress
+    from torchsmith.report.debug import grad_png, grads_html, grads_to_dict, render_grads, step_progress
     from torchsmith.workload import load_workload
 
     with user_errors():
@@ -100,9 +100,11 @@ def grads_command(
                 advance()
         monitor.close()
         result = monitor.report()
-        save_grad_png(result, png)
-        report.parent.mkdir(parents=True, exist_ok=True)
-        report.write_text(grads_html(result, f"torchsmith debug grads · {w.name}"))
+        image = grad_png(result)
+        for path in (png, report):
+            path.parent.mkdir(parents=True, exist_ok=True)
+        png.write_bytes(image)
+        report.write_text(grads_html(result, f"torchsmith debug grads · {w.name}", image))
     if as_json:
         typer.echo(json.dumps(grads_to_dict(result), indent=2))
         return

@@ -129,11 +129,12 @@ def _flat_outputs_nograd(out: Any) -> list[torch.Tensor]:
 
 def check_gradients(target: Any, inputs: Sequence[Any] | None = None, *, shapes: Sequence[Sequence[int]] | None = None,
                     eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-3, name: str | None = None,
-                    max_numel: int = 4096) -> GradcheckReport:
+                    max_numel: int = 4096, opcheck: bool = True) -> GradcheckReport:
     """Check ``target``'s backward against finite differences, input by input.
 
     ``inputs``: example arguments (floating tensors are converted to float64); or ``shapes``:
     one random float64 tensor per shape. Inputs that do not require grad are passed through.
+    ``opcheck=False`` skips ``torch.library.opcheck`` for custom ops (it traces the op several ways).
 
     Example::
 
@@ -176,9 +177,7 @@ def check_gradients(target: Any, inputs: Sequence[Any] | None = None, *, shapes:
         except RuntimeError as err:  # e.g. a backward marked once_differentiable
             ggc_ok = False
             notes.append(f"gradgradcheck: {str(err).splitlines()[0]}")
-    opcheck = None
     op = _as_op(target)
-    if op is not None:
-        opcheck = torch.library.opcheck(op, args, raise_exception=False)
+    op_results = torch.library.opcheck(op, args, raise_exception=False) if op is not None and opcheck else None
     return GradcheckReport(target=name or getattr(target, "__name__", repr(target)), kind=kind, inputs=checks,
-                           gradcheck=bool(gc_ok), gradgradcheck=ggc_ok, opcheck=opcheck, notes=notes)
+                           gradcheck=bool(gc_ok), gradgradcheck=ggc_ok, opcheck=op_results, notes=notes)

@@ -3,6 +3,8 @@ per-input gradcheck, graph nodes and breaks, OOM explanations."""
 
 from __future__ import annotations
 
+import base64
+import io
 import math
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -51,18 +53,18 @@ def grad_heatmap(report: GradReport) -> Any:
     return fig
 
 
-def save_grad_png(report: GradReport, path: str | Path) -> Path:
+def grad_png(report: GradReport) -> bytes:
+    """The heatmap as PNG bytes (rendered once; written to a file and embedded in the HTML)."""
     import matplotlib.pyplot as plt
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()
     fig = grad_heatmap(report)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
-    return path
+    return buf.getvalue()
 
 
-def grads_html(report: GradReport, title: str) -> str:
+def grads_html(report: GradReport, title: str, png: bytes | None = None) -> str:
     flags = table(["layer", "kind", "step", "value", "reason"],
                   [(f.layer, f.kind, f.step if f.step is not None else "all", f"{f.value:.3g}", f.reason) for f in report.flags])
     last = report.grad_norms[-1] if report.grad_norms else []
@@ -70,7 +72,9 @@ def grads_html(report: GradReport, title: str) -> str:
                    [(name, f"{g:.3g}", f"{w:.3g}") for name, g, w in
                     zip(report.layers, last, report.weight_norms[-1] if report.weight_norms else [])], numeric=(1, 2))
     return page(title, f"{len(report.layers)} layers, {len(report.steps)} recorded steps", [
-        "<h2>Gradient norms</h2>", figure_to_img(grad_heatmap(report), "gradient norm heatmap"),
+        "<h2>Gradient norms</h2>",
+        (f'<img alt="gradient norm heatmap" src="data:image/png;base64,{base64.b64encode(png).decode()}">' if png
+         else figure_to_img(grad_heatmap(report), "gradient norm heatmap")),
         f"<h2>Flagged layers ({len(report.flags)})</h2>", flags if report.flags else "<p class=ok>none</p>",
         "<h2>Last recorded step</h2>", layers])
 
