@@ -11,7 +11,7 @@ then, alternating round by round in one process:
 On a CPU the trainer and the workers share the cores, so (2) can gain much less than (1); on
 a GPU machine the step leaves the CPU cores to the workers. Only the ratios mean anything.
 
-    PYTHONPATH=src .venv/bin/python benchmarks/data_loader_tuned.py [--steps 12] [--rounds 2]
+    PYTHONPATH=src .venv/bin/python benchmarks/data_loader_tuned.py [--steps 12] [--rounds 2] [--threads 1]
 """
 
 from __future__ import annotations
@@ -32,7 +32,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=12, help="training steps per run in part 2 (0 skips it)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--batches", type=int, default=20, help="batches per timed loader pass")
+    ap.add_argument("--threads", type=int, default=None, help="trainer intra-op threads (default: PyTorch's)")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     w = cnn_mini.workload(0)
     factory, per_batch, written = w.loader, w.samples_per_batch, w.loader.written.effective()
     result = tune_loader(factory, samples_per_batch=per_batch, written=written, batches=args.batches,

@@ -70,7 +70,9 @@ class LoaderTuneResult:
 
     @property
     def recommended(self) -> LoaderConfig:
-        return self.best.args.as_config()
+        """The plan's loader section: the best arguments, or all None (as written) if none beat it."""
+        best = self.best
+        return LoaderConfig() if best is self.baseline else best.args.as_config()
 
 
 def available_cores() -> int:
