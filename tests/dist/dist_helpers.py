@@ -1,0 +1,30 @@
+"""Start torchrun jobs from tests: 2 CPU workers on loopback, killed as a group on timeout."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from torchsmith.dist.launch import LaunchConfig, build_command
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+
+
+def torchrun(entry: list[str], args: list[str], *, max_restarts: int = 0, env: dict[str, str] | None = None,
+             timeout: float = 240, log_dir: str | None = None) -> subprocess.CompletedProcess:
+    cmd, _ = build_command(LaunchConfig(nproc_per_node=2, max_restarts=max_restarts, log_dir=log_dir), args, entry=entry)
+    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(HERE)]),
+                "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", **(env or {})}
+    # A new session, so that a timeout kills torchrun and every worker it started.
+    proc = subprocess.Popen(cmd, env=full_env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        raise AssertionError(f"torchrun did not finish in {timeout} s:\n{out[-4000:]}") from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, "")
