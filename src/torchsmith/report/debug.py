@@ -36,19 +36,21 @@ def grad_heatmap(report: GradReport) -> Any:
         logs = np.where(data > 0, np.log10(data), np.nan)
     fig, ax = plt.subplots(figsize=(min(14, 4 + 0.25 * len(report.steps)), min(24, 1.5 + 0.22 * len(report.layers))))
     image = ax.imshow(logs, aspect="auto", interpolation="nearest", cmap="viridis")
-    ax.set_yticks(range(len(report.layers)), labels=report.layers, fontsize=7)
+    whole_run = {f.layer: f.kind for f in report.flags if f.step is None}  # vanishing / no_grad: label the row
+    ax.set_yticks(range(len(report.layers)),
+                  labels=[f"{n} ({whole_run[n]})" if n in whole_run else n for n in report.layers], fontsize=7)
+    for label, name in zip(ax.get_yticklabels(), report.layers):
+        if name in whole_run:
+            label.set_color("red")
     ticks = list(range(0, len(report.steps), max(1, len(report.steps) // 12)))
     ax.set_xticks(ticks, labels=[str(report.steps[i]) for i in ticks])
     ax.set_xlabel("step")
-    ax.set_title("log10 gradient norm per layer")
+    ax.set_title("log10 gradient norm per layer (red: flagged)")
     fig.colorbar(image, ax=ax, label="log10 |grad|")
-    for flag in report.flags:  # mark flagged cells / rows
-        row = report.layers.index(flag.layer)
+    for flag in report.flags:  # a spike: box the cell
         if flag.step is not None and flag.step in report.steps:
+            row = report.layers.index(flag.layer)
             ax.add_patch(plt.Rectangle((report.steps.index(flag.step) - 0.5, row - 0.5), 1, 1, fill=False, ec="red", lw=1.5))
-        else:
-            ax.annotate(flag.kind, (len(report.steps) - 0.5, row), color="red", fontsize=7, va="center",
-                        xytext=(4, 0), textcoords="offset points", annotation_clip=False)
     fig.tight_layout()
     return fig
 
