@@ -11,7 +11,7 @@ from torchsmith.measure.saved import count_saved_tensors
 from torchsmith.plan import CheckpointBlocks, SelectiveCheckpoint
 from torchsmith.transforms.base import TransformError
 from torchsmith.transforms.checkpointing import apply_checkpointing
-from transforms_helpers import gpt_batch, gpt_loss, grads_of, tiny_gpt
+from transforms_helpers import one_thread, gpt_batch, gpt_loss, grads_of, tiny_gpt  # noqa: F401 (one_thread: autouse fixture)
 
 
 def _saved(model, batch):

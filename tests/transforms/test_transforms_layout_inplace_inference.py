@@ -13,7 +13,7 @@ from torchsmith.transforms.base import TransformError
 from torchsmith.transforms.inference import inference
 from torchsmith.transforms.inplace import apply_inplace
 from torchsmith.transforms.memory_format import apply_memory_format
-from transforms_helpers import cnn_batch, cnn_loss, gpt_batch, grads_of, tiny_cnn, tiny_gpt
+from transforms_helpers import one_thread, cnn_batch, cnn_loss, gpt_batch, grads_of, tiny_cnn, tiny_gpt  # noqa: F401 (one_thread: autouse fixture)
 
 # --- memory format ---------------------------------------------------------------------
 

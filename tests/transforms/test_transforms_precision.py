@@ -12,7 +12,7 @@ from torchsmith.plan import FP32, Autocast, BF16Params, Plan
 from torchsmith.transforms.base import TransformError
 from torchsmith.transforms.precision import apply_precision
 from torchsmith.workloads.gpt_mini import workload as gpt_workload
-from transforms_helpers import gpt_batch, gpt_loss, tiny_gpt
+from transforms_helpers import one_thread, gpt_batch, gpt_loss, tiny_gpt  # noqa: F401 (one_thread: autouse fixture)
 
 STEPS = 50
 # Measured max |loss - fp32 loss| over these 50 steps: ~3e-4 for both variants (this CPU, torch 2.13).

@@ -25,8 +25,8 @@ from torchsmith.transforms.optimizer_impl import apply_optimizer_impl
 from torchsmith.transforms.precision import apply_precision
 from torchsmith.transforms.saved_tensors import apply_saved_tensors
 from torchsmith.transforms.threads import apply_threads
-from transforms_helpers import (
-    assert_state_equal, cnn_batch, cnn_loss, gpt_batch, gpt_loss, state, structure, tiny_cnn, tiny_gpt,
+from transforms_helpers import (  # noqa: F401 (one_thread: autouse fixture)
+    one_thread, assert_state_equal, cnn_batch, cnn_loss, gpt_batch, gpt_loss, state, structure, tiny_cnn, tiny_gpt,
 )
 
 
@@ -124,8 +124,8 @@ def test_second_application_is_refused_or_a_no_op(name):
 
 def test_threads_round_trip():
     before = torch.get_num_threads()
-    change = apply_threads(Threads(intra_op=1))
-    assert torch.get_num_threads() == 1
+    change = apply_threads(Threads(intra_op=before + 1))
+    assert torch.get_num_threads() == before + 1
     change.revert()
     assert torch.get_num_threads() == before
 

@@ -11,7 +11,7 @@ from torchsmith.measure.memory import track_peak_memory
 from torchsmith.plan import CompressSaved, OffloadSaved
 from torchsmith.transforms.base import TransformError
 from torchsmith.transforms.saved_tensors import apply_saved_tensors, compress_saved
-from transforms_helpers import gpt_batch, gpt_loss, grads_of, max_rel_error, tiny_gpt
+from transforms_helpers import one_thread, gpt_batch, gpt_loss, grads_of, max_rel_error, tiny_gpt  # noqa: F401 (one_thread: autouse fixture)
 
 
 def _parts(model, device="cpu") -> StepParts:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -85,3 +86,14 @@ def assert_state_equal(before: dict[str, torch.Tensor], model: nn.Module) -> Non
     for k, v in before.items():
         assert after[k].dtype == v.dtype and after[k].stride() == v.stride(), k
         assert torch.equal(after[k], v), k
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tests run single-threaded: on a shared 2-core machine, OpenMP's spinning threads make tiny
+    ops ~100x slower under contention. Every invariant tested here is thread-count independent.
+    Import this fixture into each test module (autouse applies it there)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
