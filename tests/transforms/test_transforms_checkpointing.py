@@ -11,7 +11,7 @@ from torchsmith.measure.saved import count_saved_tensors
 from torchsmith.plan import CheckpointBlocks, SelectiveCheckpoint
 from torchsmith.transforms.base import TransformError
 from torchsmith.transforms.checkpointing import apply_checkpointing
-from transforms_helpers import one_thread, gpt_batch, gpt_loss, grads_of, tiny_gpt  # noqa: F401 (one_thread: autouse fixture)
+from transforms_helpers import one_thread, cnn_batch, cnn_loss, gpt_batch, gpt_loss, grads_of, tiny_cnn, tiny_gpt  # noqa: F401 (one_thread: autouse fixture)
 
 
 def _saved(model, batch):
@@ -69,6 +69,16 @@ def test_selective_keeps_matmul_outputs_and_recomputes_pointwise():
     assert full < selective < 0.9 * none, (full, selective, none)
     for k in want:
         torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=1e-7)
+
+
+def test_batch_norm_statistics_are_updated_once_despite_recompute():
+    plain, wrapped, batch = tiny_cnn().train(), tiny_cnn().train(), cnn_batch()
+    apply_checkpointing(wrapped, CheckpointBlocks(every=1))
+    want, got = grads_of(plain, cnn_loss, batch), grads_of(wrapped, cnn_loss, batch)
+    for (name, a), b in zip(plain.named_buffers(), wrapped.buffers()):
+        assert torch.equal(a, b), name  # running_mean/var/num_batches_tracked: one update, not two
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=1e-6)
 
 
 def test_eval_forward_does_not_checkpoint():

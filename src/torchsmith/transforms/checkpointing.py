@@ -52,16 +52,36 @@ def _selective_context() -> tuple[Any, Any]:
     return create_selective_checkpoint_contexts(_selective_policy)
 
 
-def _checkpointed(forward: Callable[..., Any], context_fn: Callable[[], Any] | None) -> Callable[..., Any]:
+def _checkpointed(block: nn.Module, context_fn: Callable[[], Any] | None) -> Callable[..., Any]:
+    forward = type(block).forward.__get__(block)
     extra = {"context_fn": context_fn} if context_fn is not None else {}
+    # Batch norm in training mode updates its running statistics on every forward, so the
+    # recompute in backward would update them a second time. They are put back after it.
+    stats = [b for m in block.modules() if isinstance(m, nn.modules.batchnorm._NormBase)
+             for b in m.buffers()]
 
     @functools.wraps(forward)
     def run(*args: Any, **kwargs: Any) -> Any:
         if not torch.is_grad_enabled():
             return forward(*args, **kwargs)  # evaluation: nothing is saved, nothing to recompute
+        calls = 0
+
+        def once(*a: Any, **k: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            if calls == 1 or not stats:
+                return forward(*a, **k)
+            kept = [t.clone() for t in stats]  # the recompute, during backward
+            try:
+                return forward(*a, **k)
+            finally:  # also when checkpoint stops the recompute early
+                with torch.no_grad():
+                    for t, v in zip(stats, kept):
+                        t.copy_(v)
+
         # use_reentrant=False: supports kwargs, inputs without requires_grad and torch.compile,
         # and is the variant PyTorch recommends.
-        return checkpoint(forward, *args, use_reentrant=False, **extra, **kwargs)
+        return checkpoint(once, *args, use_reentrant=False, **extra, **kwargs)
 
     run._torchsmith_checkpointed = True  # type: ignore[attr-defined]
     return run
@@ -103,7 +123,7 @@ def apply_checkpointing(model: nn.Module, cfg: Checkpointing) -> Change:
                 "set by another tool; checkpointing it again would wrap twice.\n"
                 "Tip: remove that wrapper first, or leave checkpointing off."
             )
-        block.forward = _checkpointed(type(block).forward.__get__(block), context_fn)
+        block.forward = _checkpointed(block, context_fn)
         change.on_revert(lambda b=block: b.__dict__.pop("forward", None))
         change.targets.append(f"blocks.{i}")
     how = "selective (matmul outputs kept)" if context_fn else "full"
