@@ -31,7 +31,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from torchsmith.data.loader import make_loader
 from torchsmith.data.mmap_dataset import MmapDataset
-from torchsmith.data.store import pack_arrays
+from torchsmith.data.pack import pack_arrays
 from torchsmith.plan import LoaderConfig
 
 SHAPE = (3, 32, 32)  # uint8 images: 3 KiB a sample

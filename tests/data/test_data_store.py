@@ -10,9 +10,8 @@ import pytest
 import torch
 
 from torchsmith.data.mmap_dataset import MmapDataset, verify_store
-from torchsmith.data.store import (
-    StoreError, StoreWriter, pack_arrays, pack_bytes, pack_npy_folder, pack_source, pack_tokens, read_index,
-)
+from torchsmith.data.pack import pack_arrays, pack_bytes, pack_npy_folder, pack_source, pack_tokens
+from torchsmith.data.store import StoreError, StoreWriter, read_index
 
 SAMPLES = np.arange(1000 * 24, dtype=np.float32).reshape(1000, 2, 3, 4)  # sample i holds 24*i .. 24*i+23
 

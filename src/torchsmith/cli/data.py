@@ -27,7 +27,7 @@ def pack_command(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace the shards of an existing store in DEST."),
 ) -> None:
     """Pack SRC into a store of fixed-size .npy shards plus index.json (atomic: no half store)."""
-    from torchsmith.data.store import pack_source
+    from torchsmith.data.pack import pack_source
     from torchsmith.report.console import console
     from torchsmith.report.data import render_pack, task_progress
 

@@ -11,7 +11,8 @@ from torchsmith.data.loader import Loader, LoaderArgs, make_loader
 from torchsmith.data.loader_tune import LoaderTuneResult, tune_loader
 from torchsmith.data.mmap_dataset import MmapDataset, verify_store
 from torchsmith.data.sampler import ResumableSampler
-from torchsmith.data.store import StoreError, StoreWriter, pack_arrays, pack_bytes, pack_source, read_index
+from torchsmith.data.pack import pack_arrays, pack_bytes, pack_source
+from torchsmith.data.store import StoreError, StoreWriter, read_index
 
 __all__ = [
     "Loader", "LoaderArgs", "LoaderTuneResult", "MmapDataset", "ResumableSampler", "StoreError", "StoreWriter",
