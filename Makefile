@@ -17,6 +17,7 @@ demo: install
 	$(VENV)/bin/torchsmith tune --budget 3m --out plan.json --report report.html
 
 test: install
+	bash scripts/install_test_tools.sh
 	$(PY) -m pytest -q
 
 clean:
