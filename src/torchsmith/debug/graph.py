@@ -34,6 +34,8 @@ class NodeInfo:
     op: str
     """fx opcode: placeholder, get_attr, call_module, call_function, call_method, output."""
     target: str
+    module: str
+    """Qualified name of the module the node belongs to ("" = the root)."""
     shapes: list[list[int]]
     dtype: str | None
     flops: int
@@ -152,6 +154,13 @@ def graph_breaks(model: nn.Module, args: tuple, kwargs: dict | None = None) -> t
     return out.graph_count, breaks, None
 
 
+def _module_of(n: fx.Node) -> str:
+    if n.op in ("call_module", "get_attr"):
+        return str(n.target).rpartition(".")[0] if n.op == "get_attr" else str(n.target)
+    stack = n.meta.get("nn_module_stack")  # torch.export: {key: (qualified name, class)}, outermost first
+    return list(stack.values())[-1][0] if stack else ""
+
+
 def inspect_graph(model: nn.Module, args: tuple, kwargs: dict | None = None, *, explain: bool = True) -> GraphReport:
     """Trace ``model`` on example inputs: nodes with shapes and FLOPs, and graph breaks.
 
@@ -174,8 +183,10 @@ def inspect_graph(model: nn.Module, args: tuple, kwargs: dict | None = None, *, 
                   if meta is not None else [])
         dtype = next((str(m.dtype).removeprefix("torch.") for m in tree_leaves(meta, is_leaf=lambda x: hasattr(x, "dtype"))
                       if hasattr(m, "dtype")), None) if meta is not None else None
+        if n.op == "call_module" and n.target == "_guards_fn":  # export's input guard, not the model's
+            continue
         target = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", str(n.target))
-        nodes.append(NodeInfo(n.name, n.op, str(target), shapes, dtype, prop.flops.get(n.name, 0)))
+        nodes.append(NodeInfo(n.name, n.op, str(target), _module_of(n), shapes, dtype, prop.flops.get(n.name, 0)))
     count, breaks, explain_error = graph_breaks(model, args, kwargs) if explain else (None, [], None)
     model.train(was_training)
     return GraphReport(tracer=tracer, fx_error=fx_error, export_error=export_error, nodes=nodes, total_flops=sum(n.flops for n in nodes),

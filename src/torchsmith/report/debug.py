@@ -157,12 +157,12 @@ def render_graph(report: GraphReport, console: Console, max_nodes: int = 60) -> 
         why = f" (fx failed: {report.fx_error})" if report.fx_error else ""
         console.print(f"traced with [bold]{report.tracer}[/]{why}")
         t = Table(title=f"graph · {len(report.nodes)} nodes · {report.total_flops / 1e9:.3f} GFLOP forward")
-        for col in ("node", "op", "target", "shape", "dtype", "FLOPs"):
-            t.add_column(col, justify="right" if col == "FLOPs" else "left")
-        shown = [n for n in report.nodes if n.op not in ("get_attr",)][:max_nodes]
+        for col in ("node", "module", "target", "shape", "FLOPs"):
+            t.add_column(col, justify="right" if col == "FLOPs" else "left", overflow="fold")
+        shown = [n for n in report.nodes if n.op != "get_attr"][:max_nodes]
         for n in shown:
-            t.add_row(n.name, n.op, n.target[:40], " ".join(str(tuple(s)) for s in n.shapes[:2]), n.dtype or "-",
-                      f"{n.flops:,}" if n.flops else "")
+            t.add_row(n.name, n.module or "(root)", n.target.removesuffix(".default"), " ".join("x".join(map(str, s)) or "scalar" for s in n.shapes[:2]),
+                      _fmt_flops(n.flops))
         console.print(t)
         hidden = len([n for n in report.nodes if n.op != "get_attr"]) - len(shown)
         if hidden > 0:
@@ -174,6 +174,13 @@ def render_graph(report: GraphReport, console: Console, max_nodes: int = 60) -> 
         console.print(f"torch.compile: {report.graph_count} graph(s), {n} graph break(s)")
         for b in report.graph_breaks:
             console.print(f"  [yellow]break[/] {b.where}: {b.reason}")
+
+
+def _fmt_flops(n: int) -> str:
+    for scale, unit in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if n >= scale:
+            return f"{n / scale:.1f}{unit}"
+    return str(n) if n else ""
 
 
 def graph_to_dict(report: GraphReport) -> dict[str, Any]:
