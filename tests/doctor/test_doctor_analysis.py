@@ -80,3 +80,22 @@ def test_cpu_memory_peak_per_step(tmp_path):
 def test_a_trace_without_steps_is_refused(tmp_path):
     with pytest.raises(ValueError, match="no ProfilerStep"):
         analyse_trace(_write(tmp_path, [_x("aten::mm", 0, 10)]))
+
+
+def test_gradient_accumulation_counts_every_forward(tmp_path):
+    """Two micro-batches per optimizer step: forward, backward, forward, backward, step."""
+    events = [
+        _x("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+        _x("nn.Module: Net_0", 100, 100, cat="python_function", **{"Python id": 1}),
+        _x("torch/_tensor.py(570): backward", 200, 200, cat="python_function", **{"Python id": 2}),
+        _x("torch/autograd/__init__.py(255): backward", 210, 180, cat="python_function", **{"Python id": 3}),
+        _x("nn.Module: Net_0", 450, 100, cat="python_function", **{"Python id": 4}),
+        _x("torch/_tensor.py(570): backward", 600, 200, cat="python_function", **{"Python id": 5}),
+        _x("Optimizer.step#SGD.step", 850, 150, cat="user_annotation"),
+    ]
+    a = analyse_trace(_write(tmp_path, events))
+    # forward: 100-200 and 450-600 (the second loss included); the gap 400-450 between them is other
+    assert a.seconds("forward") == pytest.approx(250e-6)
+    assert a.seconds("backward") == pytest.approx(400e-6)
+    assert a.seconds("data") == pytest.approx(100e-6)
+    assert a.seconds("other") == pytest.approx(100e-6)  # 400-450 and 800-850

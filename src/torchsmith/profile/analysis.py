@@ -9,7 +9,8 @@ internals. The trace gives, per recorded step (a ``ProfilerStep#N`` span, from t
   ``*Synchronize`` and blocking ``cudaMemcpy``) outside the optimizer;
 - ``backward``: the Python ``Tensor.backward``/``torch.autograd.backward`` frames;
 - ``data``: DataLoader ``__next__`` spans, and the gap from the step's start to its forward;
-- ``forward``: from the first top-level ``nn.Module`` call to the start of backward (the loss included);
+- ``forward``: from the first ``nn.Module`` call after the previous backward to the start of the
+  next backward (the loss included; one span per micro-batch under gradient accumulation);
 - ``other``: the rest.
 
 Where spans overlap, the first category in that list wins (a ``.item()`` inside forward is a sync).
@@ -150,15 +151,14 @@ def _analyse(events: list[dict[str, Any]], top: int) -> TraceAnalysis:
         back = [(e["ts"], _end(e)) for e in evs if e.get("cat") == "python_function" and _BACKWARD.search(e["name"])]
         if not back:  # no Python frames in the trace: the autograd engine's own spans
             back = [(e["ts"], _end(e)) for e in cpu_ops if e["name"].startswith(_WRAPPER)]
-        back_start = min((b[0] for b in back), default=s1)
-        mods = [e for e in evs if e.get("cat") == "python_function" and e["name"].startswith("nn.Module: ")
-                and e["ts"] < back_start]
-        fwd_start = min((e["ts"] for e in mods), default=back_start)
-        fwd_end = back_start if back else max((_end(e) for e in mods), default=fwd_start)
+        back = _merge(back)
+        mods = [e for e in evs if e.get("cat") == "python_function" and e["name"].startswith("nn.Module: ")]
+        forward = _forward_spans(mods, back)
+        fwd_start = forward[0][0] if forward else s1
         data = [(e["ts"], _end(e)) for e in evs if e["name"].startswith("enumerate(DataLoader)")]
         data.append((s0, fwd_start))
         intervals = {"optimizer": optim, "sync": [(e["ts"], _end(e)) for e in syncs], "backward": back,
-                     "data": data, "forward": [(fwd_start, fwd_end)]}
+                     "data": data, "forward": forward}
         phases = _attribute(s0, s1, intervals)
         out.steps.append(StepBreakdown(seconds=span["dur"] / 1e6, phases={k: v / 1e6 for k, v in phases.items()}))
         # Sync points: where in the user's code each one comes from.
@@ -170,7 +170,7 @@ def _analyse(events: list[dict[str, Any]], top: int) -> TraceAnalysis:
                 getitems.setdefault(_where(e["name"]), []).append(e["dur"])
         # Operators: self time, top-level ones in forward/backward, and the optimizer's.
         top_level = _self_times(cpu_ops, ops)
-        compute = [(fwd_start, fwd_end)] + back
+        compute = forward + back
         for e in top_level:
             if _inside(e, compute):
                 n_ops += 1
@@ -217,6 +217,31 @@ def _end(e: dict[str, Any]) -> float:
 
 def _inside(e: dict[str, Any], intervals: list[tuple[float, float]]) -> bool:
     return any(a <= e["ts"] < b for a, b in intervals)
+
+
+def _merge(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _forward_spans(mods: list[dict[str, Any]], back: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """One forward span per backward: from the first module call after the previous backward to
+    this backward's start (the loss included). Gradient accumulation gives several per step.
+    With no backward at all, the module calls themselves."""
+    if not back:
+        return _merge([(e["ts"], _end(e)) for e in mods])
+    spans, prev_end = [], float("-inf")
+    for a, b in back:
+        starts = [e["ts"] for e in mods if prev_end <= e["ts"] < a]
+        if starts:
+            spans.append((min(starts), a))
+        prev_end = b
+    return spans
 
 
 def _is_cuda_sync(e: dict[str, Any]) -> bool:

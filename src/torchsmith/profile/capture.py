@@ -246,6 +246,8 @@ class StepCapture:
             self._done()
 
     def _forward_pre(self, module: torch.nn.Module, args: Any) -> None:
+        if torch.compiler.is_compiling():
+            return  # never traced into a compiled graph (it would break it or recompile)
         self._depth += 1
         if self._depth != 1 or not self.active or not module.training or not torch.is_grad_enabled():
             return
@@ -266,7 +268,8 @@ class StepCapture:
                 f.zero_filled_grad_bytes = sum(g.numel() * g.element_size() for g in grads)
 
     def _forward_post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
-        self._depth = max(0, self._depth - 1)
+        if not torch.compiler.is_compiling():
+            self._depth = max(0, self._depth - 1)
 
     # -- helpers ----------------------------------------------------------------------
 
