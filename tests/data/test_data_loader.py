@@ -21,7 +21,7 @@ from torchsmith.workloads import cnn_mini, cnn_pipeline, mlp
 
 @pytest.fixture(autouse=True)
 def cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("TORCHSMITH_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+    monkeypatch.setenv("TORCHSMITH_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
 
 
 @pytest.fixture
@@ -60,7 +60,7 @@ def test_plan_loader_is_exact_and_resumes_without_rereading(tmp_path, workers, m
 def test_loader_transform_refuses_without_factory_and_registers_candidates():
     w = mlp.workload(0, train_rows=512, val_rows=64)
     source, change = apply_loader(w, LoaderConfig())
-    assert source is w.iter_batches() and "as written" in change.summary
+    assert source is None and "as written" in change.summary  # the engine keeps w.iter_batches()
     with pytest.raises(TransformError, match="no loader factory"):
         apply_loader(w, LoaderConfig(num_workers=2))
     info = registered_transforms()["loader"]

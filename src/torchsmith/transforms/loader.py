@@ -13,8 +13,8 @@ from torchsmith.plan import LoaderConfig
 from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo, register
 
 
-def apply_loader(workload: Any, cfg: LoaderConfig) -> tuple[Iterable[Any], Change]:
-    """The training batch source under ``cfg``, and the Change describing it.
+def apply_loader(workload: Any, cfg: LoaderConfig) -> tuple[Iterable[Any] | None, Change]:
+    """The training batch source under ``cfg`` (None: the workload's batches as written), and the Change.
 
     >>> source, change = apply_loader(load_workload("cnn-mini"), LoaderConfig(num_workers=2))
     >>> change.summary
@@ -27,7 +27,8 @@ def apply_loader(workload: Any, cfg: LoaderConfig) -> tuple[Iterable[Any], Chang
                 "loader factory, so its batches cannot be rebuilt.\n"
                 "Tip: give Workload(loader=lambda cfg: torchsmith.data.loader.make_loader(dataset, cfg, ...)), "
                 "or drop the loader section from the plan.")
-        return workload.iter_batches(), Change("loader", "batches as written (no loader factory)")
+        # None: the engine keeps calling workload.iter_batches() at each epoch, as written.
+        return None, Change("loader", "batches as written (no loader factory)")
     source = workload.loader(cfg)
     args = getattr(source, "args", None)
     summary = f"DataLoader {args.describe()}" if args is not None else f"loader factory with {_set_fields(cfg)}"

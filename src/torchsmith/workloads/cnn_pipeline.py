@@ -40,8 +40,8 @@ PAD = 4
 
 
 def cache_dir() -> Path:
-    """Where built-in workloads keep generated stores: ``$TORCHSMITH_CACHE`` or ``~/.cache/torchsmith``."""
-    return Path(os.environ.get("TORCHSMITH_CACHE") or Path.home() / ".cache" / "torchsmith")
+    """Where built-in workloads keep generated stores: ``$TORCHSMITH_CACHE_DIR`` or ``~/.cache/torchsmith``."""
+    return Path(os.environ.get("TORCHSMITH_CACHE_DIR") or Path.home() / ".cache" / "torchsmith")
 
 
 def encode(image: np.ndarray) -> bytes:
