@@ -161,3 +161,16 @@ def test_unchecked_open_skips_checksums_but_not_sizes(store):
     assert MmapDataset(store, check="none")[0].shape == (2, 3, 4)
     with pytest.raises(StoreError, match="checksum"):
         MmapDataset(store)[0]
+
+
+def test_a_pickled_shard_is_refused_never_unpickled(store):
+    # Even with an index that vouches for it (size and checksum updated), an object array is refused.
+    shard = store / "shard_00002.npy"
+    np.save(shard, np.array([object()] * 3 + [{"evil": 1}], dtype=object), allow_pickle=True)
+    index = json.loads((store / "index.json").read_text())
+    from torchsmith.data.store import file_sha256
+
+    index["shards"][2]["data"].update(bytes=shard.stat().st_size, sha256=file_sha256(shard))
+    (store / "index.json").write_text(json.dumps(index))
+    with pytest.raises(StoreError, match="shard_00002.npy is not a readable .npy file"):
+        MmapDataset(store)[250]
