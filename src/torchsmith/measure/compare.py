@@ -1,9 +1,14 @@
 """Measure several plans side by side on one workload, in one process, interleaved.
 
-Each plan gets its own fresh model and optimizer built from the same seed, and sees the
-same batches in the same order. Steps are interleaved round-robin (A B C A B C ...), so
-a burst of noise on a shared machine hits every plan alike, and the figures that matter
-are ratios between plans of the same run.
+Each plan gets its own fresh model and optimizer built from the same seed, its own batch
+source (so a plan's DataLoader arguments take effect, and the time spent waiting for data
+counts in its step), and its own copy of the global RNG stream, so every plan sees the same
+batches and the same dropout masks as a run of its own would. Steps are interleaved
+round-robin (A B C A B C ...), so a burst of noise on a shared machine hits every plan
+alike, and the figures that matter are ratios between plans of the same run.
+
+Plans with DataLoader workers are measured one after another instead: interleaved, their
+workers would prefetch during the other plans' turns and look faster than they are.
 
 Because every plan starts from the same seed and sees the same batches, the losses and
 final parameters recorded here are also what the numerical-equivalence guard compares.
@@ -20,7 +25,6 @@ import statistics
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import islice
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
@@ -93,37 +97,59 @@ def measure_plans(workload: Workload, plans: Sequence[Plan], *, warmup: int = 2,
                   device: str | torch.device | None = None, reference: int = 0, measure_memory: bool = True,
                   clock: StepTimer = wall_clock, on_step: Callable[[int, int], None] | None = None,
                   ) -> list[PlanMeasurement]:
-    """Measure ``plans`` interleaved over ``warmup + steps`` steps each; compare to ``plans[reference]``.
+    """Measure ``plans`` over ``warmup + steps`` steps each; compare to ``plans[reference]``.
 
     A plan that fails to apply or to run is returned with ``error`` set; the others go on.
     ``on_step(done, total)`` reports progress.
     """
     device = resolve_device(device)
     total_steps = warmup + steps
-    batches = list(islice(_cycle(workload), total_steps))
     states = [_State.build(workload, plan, device) for plan in plans]
+    interleave = not any(_has_workers(plan) for plan in plans)
+    rounds = [states] * total_steps if interleave else [[s] * total_steps for s in states]
     done, total = 0, total_steps * len(plans)
-    for i, batch in enumerate(batches):
+    try:
+        for group in rounds:
+            for state in group:
+                state.step(clock)
+                done += 1
+                if on_step:
+                    on_step(done, total)
+        if measure_memory:
+            for state in states:
+                state.measure_peak(device)
+    finally:
         for state in states:
-            state.step(batch, clock)
-            done += 1
-            if on_step:
-                on_step(done, total)
-    if measure_memory:
-        for state in states:
-            state.measure_peak(batches[0], device)
+            state.close()
     ref = states[reference]
     return [state.result(ref, warmup) for state in states]
 
 
-def _cycle(workload: Workload) -> Iterator[Any]:
+def _has_workers(plan: Plan) -> bool:
+    return bool(getattr(plan, "loader", None) is not None and plan.loader.num_workers)
+
+
+def _cycle(workload: Workload, source: Any) -> Iterator[Any]:
+    """Batches forever, epoch after epoch, from the plan's source (or the workload's as written)."""
     epoch = 0
     while True:
-        source = workload.iter_batches()
-        if hasattr(source, "set_epoch"):
-            source.set_epoch(epoch)
-        yield from source
+        src = source if source is not None else workload.iter_batches()
+        if hasattr(src, "set_epoch"):
+            src.set_epoch(epoch)
+        yield from src
         epoch += 1
+
+
+@contextmanager
+def _own_rng(state: "_State") -> Iterator[None]:
+    """Run with this plan's own global-RNG stream, then hand the caller's back."""
+    outer = torch.get_rng_state()
+    torch.set_rng_state(state.rng)
+    try:
+        yield
+    finally:
+        state.rng = torch.get_rng_state()
+        torch.set_rng_state(outer)
 
 
 @dataclass
@@ -131,46 +157,66 @@ class _State:
     plan: Plan
     step_fn: Step | None
     initial: list[torch.Tensor]
+    rng: torch.Tensor | None = None
+    batches: Iterator[Any] | None = None
+    first_batch: Any = None
     losses: list[torch.Tensor] = field(default_factory=list)
     times: list[float] = field(default_factory=list)
     peak: int | None = None
     error: str | None = None
+    _close: Callable[[], None] | None = None
 
     @classmethod
     def build(cls, workload: Workload, plan: Plan, device: torch.device) -> "_State":
+        from torchsmith.transforms.loader import apply_loader
+
         try:
             with _threads(plan):
-                step_fn = build_step(workload, plan, device)
+                step_fn = build_step(workload, plan, device)  # seeds the global RNG, builds the model
+            source, loader_change = apply_loader(workload, plan.loader)
         except Exception as err:  # refused transform, bad config: recorded, not fatal
             return cls(plan, None, [], error=_describe(err))
         initial = [p.detach().clone() for p in step_fn.model.parameters()]
-        return cls(plan, step_fn, initial)
+        return cls(plan, step_fn, initial, rng=torch.get_rng_state(), batches=_cycle(workload, source),
+                   _close=loader_change.revert)
 
-    def step(self, batch: Any, clock: StepTimer) -> None:
+    def step(self, clock: StepTimer) -> None:
         if self.error is not None:
             return
+
+        def one_step() -> None:
+            # Waiting for the next batch is part of the step: a data-bound plan pays for it here.
+            batch = next(self.batches)
+            if self.first_batch is None:
+                self.first_batch = batch
+            self.losses.append(self.step_fn(batch))
+
         try:
-            with _threads(self.plan):
-                moved = to_device(batch, self.step_fn.parts.device)
-                self.times.append(clock(self.plan, lambda: self.losses.append(self.step_fn(moved))))
+            with _threads(self.plan), _own_rng(self):
+                self.times.append(clock(self.plan, one_step))
         except Exception as err:
             self.error = _describe(err)
 
-    def measure_peak(self, batch: Any, device: torch.device) -> None:
-        if self.error is not None:
+    def measure_peak(self, device: torch.device) -> None:
+        if self.error is not None or self.first_batch is None:
             return
         from torchsmith.measure.memory import track_peak_memory
 
-        # One extra step, outside the timed ones: tracking slows a step down. The RNG is
-        # forked so this step does not shift any random stream the next one would draw.
+        # One extra step on the first batch, outside the timed ones: tracking slows a step down.
         try:
-            with torch.random.fork_rng(devices=[]), _threads(self.plan):
+            with _threads(self.plan), _own_rng(self):
                 parts = self.step_fn.parts
                 with track_peak_memory(device, live=(parts.model, parts.optimizer)) as mem:
-                    self.step_fn(batch)
+                    self.step_fn(self.first_batch)
             self.peak = mem.result.peak_bytes
         except Exception as err:
             self.error = _describe(err)
+
+    def close(self) -> None:
+        """Stop this plan's DataLoader workers, if any."""
+        if self._close is not None:
+            self._close()
+            self._close = None
 
     def result(self, ref: "_State", warmup: int) -> PlanMeasurement:
         if self.error is not None or not self.times:
