@@ -52,3 +52,20 @@ def test_a_short_run_keeps_a_partial_window(tmp_path):
 def test_window_bounds_are_checked():
     with pytest.raises(ValueError, match="active <= 20"):
         CaptureConfig(active=21)
+
+
+def test_compiled_regions_are_seen_and_hooks_do_not_break_compile(tmp_path):
+    from torchsmith.profile.analysis import analyse_trace
+
+    torch.manual_seed(0)
+    model = torch.compile(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1)), backend="eager")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=True)
+    x, y = torch.randn(8, 16), torch.randn(8, 1)
+    cfg = CaptureConfig(active=2)
+    with StepCapture(cfg, tmp_path) as cap:
+        for _ in range(cfg.steps_needed):
+            opt.zero_grad()
+            nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+    assert cap.facts.window_done
+    assert analyse_trace(cap.trace_path).compiled_regions >= 2  # one per recorded step
