@@ -131,10 +131,10 @@ def data_bound(ctx: DoctorContext) -> Finding | None:
                         f"{per_step:.0f} calls per step")
     compute = max(a.step_seconds - a.seconds("data"), 1e-9)
     workers = max(2, min(ctx.facts.threads.get("cores", 2), math.ceil(a.seconds("data") / compute) + 1))
-    pin = "True" if not ctx.on_cpu else "False  # True when training on a GPU"
+    pin = "True)" if not ctx.on_cpu else "False)  # True when training on a GPU"
     fix = (f"loader = DataLoader(dataset, batch_size=..., shuffle=True,\n"
            f"                    num_workers={workers}, persistent_workers=True, prefetch_factor=4,\n"
-           f"                    pin_memory={pin})\n"
+           f"                    pin_memory={pin}\n"
            "# If __getitem__ decodes or parses, pre-process once into a memory-mapped array\n"
            "# (numpy.memmap / torchsmith.data) so that each sample is a slice, not a decode.")
     plan = None
