@@ -1,0 +1,46 @@
+"""Never worse: on every built-in workload, the tuned plan re-measured beside the as-written plan.
+
+For each workload: tune within a budget, then measure [as written, tuned] side by side again
+(interleaved, more steps than the tuner used) and print the ratio. Target: >= 0.98 everywhere.
+Also prints MFU of the baseline and the tuned plan against the machine's measured peak.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/tune_never_worse.py [--budget 2m] [--workloads mlp,cnn-mini,gpt-mini]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+import torchsmith
+from torchsmith.measure.compare import measure_plans
+from torchsmith.measure.peak import machine_peak_flops, mfu
+from torchsmith.measure.run_metrics import _flops_per_step
+from torchsmith.plan import Autocast, Plan
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--budget", default="2m")
+    ap.add_argument("--workloads", default="mlp,cnn-mini,gpt-mini")
+    ap.add_argument("--steps", type=int, default=12)
+    args = ap.parse_args()
+    print(f"{'workload':<10} {'tuned plan':<60} {'tune says':>9} {'re-measured':>11} {'MFU base':>9} {'MFU tuned':>9}")
+    worst = float("inf")
+    for name in args.workloads.split(","):
+        w = torchsmith.load_workload(name)
+        result = torchsmith.tune(w, budget=args.budget)
+        base, tuned = measure_plans(w, [Plan(), result.plan], steps=args.steps, measure_memory=False)
+        ratio = base.step_seconds / tuned.step_seconds
+        worst = min(worst, ratio)
+        flops = _flops_per_step(w, torch.device("cpu"))
+        fp32 = machine_peak_flops("cpu")
+        peak_tuned = machine_peak_flops("cpu", torch.bfloat16) if isinstance(result.plan.precision, Autocast) else fp32
+        print(f"{name:<10} {result.plan.describe()[:60]:<60} {result.speedup or 1:>8.2f}x {ratio:>10.2f}x "
+              f"{mfu(flops, base.step_seconds, fp32):>9.1%} {mfu(flops, tuned.step_seconds, peak_tuned):>9.1%}")
+    print(f"worst re-measured ratio: {worst:.2f}x (target >= 0.98)")
+
+
+if __name__ == "__main__":
+    main()
