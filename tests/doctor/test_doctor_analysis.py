@@ -99,3 +99,12 @@ def test_gradient_accumulation_counts_every_forward(tmp_path):
     assert a.seconds("backward") == pytest.approx(400e-6)
     assert a.seconds("data") == pytest.approx(100e-6)
     assert a.seconds("other") == pytest.approx(100e-6)  # 400-450 and 800-850
+
+
+def test_gpu_kernels_are_ranked_and_judged_for_launch_bound(tmp_path):
+    kernels = [dict(_x("void gemm_kernel", 100 + i, 200, cat="kernel"), tid=99) for i in range(2)]
+    kernels += [dict(_x("elementwise_add", 600 + i * 5, 3, cat="kernel"), tid=99) for i in range(150)]
+    a = analyse_trace(_write(tmp_path, _step(0) + kernels))
+    assert a.device == "cuda"
+    assert [k.name for k in a.top_kernels] == ["elementwise_add", "void gemm_kernel"]  # 450 us vs 400 us
+    assert a.ops_per_step == 152 and a.small_op_share == pytest.approx(450 / 850)

@@ -71,6 +71,8 @@ class Site:
 class TraceAnalysis:
     steps: list[StepBreakdown]
     top_ops: list[OpStat] = field(default_factory=list)
+    top_kernels: list[OpStat] = field(default_factory=list)
+    """GPU kernels by device time (empty on CPU); shapes are on the launching op in ``top_ops``."""
     sync_sites: list[Site] = field(default_factory=list)
     steps_with_sync: int = 0
     getitem_sites: list[Site] = field(default_factory=list)
@@ -191,6 +193,11 @@ def _analyse(events: list[dict[str, Any]], top: int) -> TraceAnalysis:
                                if "double" in e.get("args", {}).get("Input type", []) and _inside(e, compute))
     steps = len(step_spans)
     if kernels:  # on a GPU, launch-bound shows in kernel durations, not in host ops
+        by_name: dict[str, list[float]] = {}
+        for k in kernels:
+            by_name.setdefault(k["name"], []).append(k["dur"])
+        out.top_kernels = [OpStat(n, "", len(d), sum(d) / 1e6)
+                           for n, d in sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:top]]
         durs = [k["dur"] for k in kernels]
         small = [d for d in durs if d < SMALL_OP_US["cuda"]]
         n_ops, n_small, op_time, small_time, op_durs = len(durs), len(small), sum(durs), sum(small), durs

@@ -40,6 +40,7 @@ def doctor_to_dict(report: DoctorReport) -> dict[str, Any]:
         "steps": [s.phases for s in a.steps],
         "top_ops": [{"name": o.name, "shapes": o.shapes, "count": o.count, "self_seconds": o.self_seconds}
                     for o in a.top_ops],
+        "top_kernels": [{"name": k.name, "count": k.count, "seconds": k.self_seconds} for k in a.top_kernels],
         "memory": report.memory,
         "findings": [{"rule": f.rule, "title": f.title, "severity": f.severity, "evidence": f.evidence,
                       "fix": f.fix, "expected_gain": f.expected_gain} for f in report.findings],
@@ -72,6 +73,13 @@ def render_doctor(report: DoctorReport, console: Console) -> None:
     for o in a.top_ops[:8]:
         ops.add_row(escape(o.name), escape(o.shapes[:60]), str(o.count), fmt_seconds(o.self_seconds))
     console.print(ops)
+    if a.top_kernels:
+        kernels = Table(title="top GPU kernels by device time")
+        for col in ("kernel", "launches", "time"):
+            kernels.add_column(col, justify="left" if col == "kernel" else "right")
+        for k in a.top_kernels[:8]:
+            kernels.add_row(escape(k.name[:70]), str(k.count), fmt_seconds(k.self_seconds))
+        console.print(kernels)
     if report.memory:
         m = report.memory
         console.print("memory peak " + fmt_bytes(m["peak"]) + ": " +
