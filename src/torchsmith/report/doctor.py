@@ -162,6 +162,10 @@ def write_doctor_html(report: DoctorReport, path: str | Path) -> Path:
                    for c in CATEGORIES)
     ops = "".join(f"<tr><td>{e(o.name)}</td><td>{e(o.shapes)}</td><td>{o.count}</td>"
                   f"<td>{o.self_seconds * 1e3:.2f} ms</td></tr>" for o in a.top_ops)
+    if a.top_kernels:
+        ops += "<tr><th colspan=4>GPU kernels by device time</th></tr>" + "".join(
+            f"<tr><td colspan=2>{e(k.name)}</td><td>{k.count}</td><td>{k.self_seconds * 1e3:.2f} ms</td></tr>"
+            for k in a.top_kernels)
     findings = "".join(
         f"<section class='f {f.severity}'><h3>{f.severity}: {e(f.rule)} · {e(f.title)}</h3><ul>"
         + "".join(f"<li>{e(x)}</li>" for x in f.evidence)
