@@ -6,6 +6,7 @@ Public API (imported lazily, so ``import torchsmith`` stays fast)::
     torchsmith.Plan                                 # which optimisations to apply
     torchsmith.prepare(plan, model, opt, loss_fn)   # the tuned step for your own loop
     torchsmith.run(workload, plan, steps=...)       # the engine: progress, checkpoints, resume
+    with torchsmith.inference(model): ...          # evaluation: inference_mode + eval(), modes restored
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ _EXPORTS = {
     "explain_oom": "torchsmith.debug.oom",
     "GradMonitor": "torchsmith.debug.grad_monitor",
     "NaNSentinel": "torchsmith.debug.nan_sentinel",
+    "inference": "torchsmith.transforms.inference",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     from torchsmith.engine.loop import run
     from torchsmith.engine.step import prepare
     from torchsmith.plan import Plan
+    from torchsmith.transforms.inference import inference
     from torchsmith.workload import Workload, load_workload
 
 
