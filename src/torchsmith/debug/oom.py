@@ -204,8 +204,14 @@ def explain(err: BaseException, model: nn.Module | None = None,
     acts = sum(t.bytes for t in live.values() if t.what == "activation or input")
     with warnings.catch_warnings():  # isinstance() on some lazy torch objects warns of deprecations
         warnings.simplefilter("ignore")
-        others = {o.untyped_storage()._cdata: o.untyped_storage().nbytes() for o in gc.get_objects()
-                  if isinstance(o, torch.Tensor) and not o.is_meta}
+        others = {}
+        for o in gc.get_objects():
+            # Dead weak proxies raise on isinstance(); fake, functional or sparse tensors have no plain storage.
+            with contextlib.suppress(Exception):
+                if isinstance(o, torch.Tensor) and not o.is_meta:
+                    n = o.untyped_storage().nbytes()
+                    if type(n) is int:  # symbolic sizes (traced tensors) are not memory
+                        others[o.untyped_storage()._cdata] = n
     other = sum(n for key, n in others.items() if key not in live and key not in names)
     device = next((p.device for p in model.parameters()), torch.device("cpu")) if model is not None else torch.device("cpu")
     allocated = torch.cuda.memory_allocated(device) if device.type == "cuda" else None
