@@ -28,7 +28,7 @@ _EXPORTS = {
     "inference": "torchsmith.transforms.inference",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted([*_EXPORTS, "tune"])
 
 if TYPE_CHECKING:
     from torchsmith.debug.grad_monitor import GradMonitor
@@ -37,11 +37,14 @@ if TYPE_CHECKING:
     from torchsmith.engine.loop import run
     from torchsmith.engine.step import prepare
     from torchsmith.plan import Plan
+    from torchsmith.tune import tune
     from torchsmith.transforms.inference import inference
     from torchsmith.workload import Workload, load_workload
 
 
 def __getattr__(name: str) -> Any:
+    if name == "tune":  # the package torchsmith.tune is callable: torchsmith.tune(workload, ...)
+        return importlib.import_module("torchsmith.tune")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'torchsmith' has no attribute {name!r}")

@@ -103,3 +103,11 @@ def test_parse_bytes(text, n):
 def test_unparsable_memory_limit(bad):
     with pytest.raises(ValueError, match="cannot read the memory limit"):
         parse_bytes(bad)
+
+
+def test_public_api_tune_is_callable_even_after_submodule_imports():
+    import torchsmith
+    import torchsmith.tune.search  # noqa: F401  (rebinds torchsmith.tune to the package)
+
+    result = torchsmith.tune("mlp", budget="10m", knobs=["precision"], clock=stub_clock(lambda p: 1.0))
+    assert isinstance(result, torchsmith.tune.TuneResult) and result.plan == Plan()

@@ -6,7 +6,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 from torchsmith.report.console import console, fmt_bytes, fmt_rate
@@ -20,9 +20,10 @@ def tune_progress(quiet: bool = False) -> Iterator[Any]:
     if quiet:
         yield None
         return
-    progress = Progress(TextColumn("[bold]tune[/] {task.fields[knob]:<13}"), BarColumn(), MofNCompleteColumn(),
-                        TextColumn("best: {task.fields[best]}"), TimeElapsedColumn(),
-                        TextColumn("of {task.fields[budget]}"), console=console)
+    progress = Progress(TextColumn("[bold]tune[/] {task.fields[knob]:<13}"), BarColumn(),
+                        TextColumn("{task.completed:.0f}/{task.total:.0f} candidates"),
+                        TextColumn("best: {task.fields[best]}"), TimeElapsedColumn(), TextColumn("ETA"),
+                        TimeRemainingColumn(), TextColumn("({task.fields[budget]})"), console=console)
     task = progress.add_task("tune", total=None, knob="", best="", budget="")
 
     def update(p: TuneProgress) -> None:

@@ -10,6 +10,8 @@ Example::
 
 from __future__ import annotations
 
+import sys
+import types
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -47,3 +49,15 @@ def tune(workload: Workload | str | None = None, *, budget: str | float = "5m", 
 
         result.report_path = write_tune_report(result, report)
     return result
+
+
+class _CallableModule(types.ModuleType):
+    """``torchsmith.tune`` is both this package and the function: importing a submodule
+    (``torchsmith.tune.search``) rebinds the name ``tune`` on ``torchsmith`` to the package,
+    so the package itself forwards calls to :func:`tune`."""
+
+    def __call__(self, *args, **kwargs) -> TuneResult:
+        return tune(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -41,7 +41,8 @@ class TuneError(ValueError):
 
 @dataclass(frozen=True)
 class TuneProgress:
-    done: int
+    done: float
+    """Candidates measured so far (fractional while one is being measured)."""
     total: int
     knob: str
     best: str
@@ -96,9 +97,9 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
     best_speedup: float | None = 1.0
     best_m: PlanMeasurement = calib  # the latest measurement of `best`
 
-    def report(knob: str) -> None:
+    def report(knob: str, partial: float = 0.0) -> None:
         if on_progress:
-            on_progress(TuneProgress(done, total, knob, best.describe(), best_speedup,
+            on_progress(TuneProgress(done + partial, total, knob, best.describe(), best_speedup,
                                      time.perf_counter() - start, budget_seconds))
 
     report("baseline")
@@ -119,7 +120,7 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
         report(dim.name)
         plans = [Plan()] + ([best] if best != Plan() else []) + [best.replace(**{dim.plan_field: v}) for v in dim.candidates]
         ms = measure_plans(workload, plans, warmup=warmup, steps=steps, device=dev, clock=clock,
-                           on_step=lambda i, n, d=done: None)
+                           on_step=lambda i, n: report(dim.name, len(plans) * i / n))
         done += len(plans)
         base_m = ms[0]
         if base_m.error:
