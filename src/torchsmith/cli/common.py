@@ -7,13 +7,16 @@ import contextlib
 import typer
 from rich.markup import escape
 
+from torchsmith.debug.nan_sentinel import NonFiniteError
+from torchsmith.debug.oom import OOMError
 from torchsmith.engine.checkpoint import CheckpointError
 from torchsmith.plan import PlanError
 from torchsmith.report.console import error_console
 from torchsmith.transforms.base import TransformError
 from torchsmith.workload import WorkloadError
 
-USER_ERRORS: tuple[type[Exception], ...] = (PlanError, WorkloadError, TransformError, CheckpointError, ValueError)
+USER_ERRORS: tuple[type[Exception], ...] = (PlanError, WorkloadError, TransformError, CheckpointError, ValueError,
+                                            NonFiniteError, OOMError)
 """Errors whose message is the diagnosis: shown without a traceback."""
 
 WORKLOAD_HELP = "Built-in name (gpt-mini, cnn-mini, mlp), package.module:function or path/to/file.py:function."
