@@ -13,7 +13,7 @@ from torchsmith.engine.loop import run
 from torchsmith.engine.parts import StepParts
 from torchsmith.engine.step import train_step
 from torchsmith.plan import Compile, Plan
-from torchsmith.transforms.compile import apply_compile, compile_seconds
+from torchsmith.transforms.compile import apply_compile
 from torchsmith.workloads.gpt_mini import workload as gpt_workload
 from transforms_helpers import one_thread, gpt_batch, gpt_loss, tiny_gpt  # noqa: F401 (one_thread: autouse fixture)
 

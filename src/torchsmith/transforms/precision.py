@@ -58,7 +58,7 @@ def _candidates(device: DeviceInfo) -> list[Precision]:
 register(TransformInfo(
     name="precision",
     plan_field="precision",
-    summary="Autocast matmuls/convs to bf16 or fp16 (GradScaler for fp16), or bf16 Linear/Conv weights with fp32 masters.",
+    summary="Autocast to bf16/fp16 (GradScaler for fp16), or bf16 Linear/Conv weights with fp32 masters.",
     devices=frozenset({"cpu", "cuda"}),
     candidates=_candidates,
 ))
