@@ -33,6 +33,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from torchsmith.debug.nan_sentinel import clean_name
+
 
 @dataclass(frozen=True)
 class GradFlag:
@@ -73,7 +75,7 @@ class GradMonitor:
             raise ValueError(f"every must be >= 1, found {every}.\nTip: every=1 records each step.")
         self.model, self.every = model, every
         self.vanish_ratio, self.vanish_rel, self.spike, self.window = vanish_ratio, vanish_rel, spike, window
-        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        named = [(clean_name(n), p) for n, p in model.named_parameters() if p.requires_grad]
         self.params = [p for _, p in named]
         self.layers = list(dict.fromkeys(n.rpartition(".")[0] or n for n, _ in named))
         index = {name: i for i, name in enumerate(self.layers)}

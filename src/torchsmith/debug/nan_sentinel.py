@@ -87,6 +87,11 @@ class Finding:
 # --- cheap checks -------------------------------------------------------------------
 
 
+def clean_name(name: str) -> str:
+    """A module's name as the user wrote it: without torch.compile's and checkpointing's wrapper names."""
+    return ".".join(p for p in name.split(".") if p not in ("_orig_mod", "_checkpoint_wrapped_module"))
+
+
 def _float_tensors(obj: Any) -> list[torch.Tensor]:
     return [t for t in tree_leaves(obj) if isinstance(t, torch.Tensor) and t.is_floating_point()]
 
@@ -120,10 +125,11 @@ class _Locator(TorchDispatchMode):
         super().__init__()
         self.stack: list[str] = []
         self.node_module: dict[Any, str] = {}  # autograd node -> module whose forward made it
-        self.param_module = {p: n.rpartition(".")[0] for n, p in model.named_parameters()}
+        self.param_module = {p: clean_name(n.rpartition(".")[0]) for n, p in model.named_parameters()}
         self.finding: Finding | None = None
         self.handles = []
         for name, module in model.named_modules():
+            name = clean_name(name)
             # prepend: the stack is pushed before user pre-hooks; appended post-hooks pop after
             # user forward hooks, so a hook's ops count as its module's.
             self.handles.append(module.register_forward_pre_hook(self._push(name), prepend=True))
@@ -253,7 +259,7 @@ class NaNSentinel:
         self._order: list[str] = []
         self._flags: list[torch.Tensor] = []
         self._last_out: int | None = None
-        self._handles = [m.register_forward_hook(self._check_output(n)) for n, m in model.named_modules()]
+        self._handles = [m.register_forward_hook(self._check_output(clean_name(n))) for n, m in model.named_modules()]
 
     def _check_output(self, name: str) -> Callable:
         def hook(module: nn.Module, args: Any, output: Any) -> None:
@@ -281,7 +287,7 @@ class NaNSentinel:
                 return Finding(module=name, op=None, pass_="forward", kind="nan/inf", inputs_finite=None,
                                step=self.step)
         bad = [n for n, p in self.model.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all()]
-        module = bad[0].rpartition(".")[0] if bad else OUTSIDE
+        module = clean_name(bad[0].rpartition(".")[0]) if bad else OUTSIDE
         return Finding(module=module, op=None, pass_="backward" if bad else "forward", kind="nan/inf",
                        inputs_finite=None, step=self.step)
 
@@ -308,7 +314,7 @@ class NaNSentinel:
 
     def _resume(self) -> None:
         self._flags, self._order, self._last_out = [], [], None
-        self._handles = [m.register_forward_hook(self._check_output(n)) for n, m in self.model.named_modules()]
+        self._handles = [m.register_forward_hook(self._check_output(clean_name(n))) for n, m in self.model.named_modules()]
 
     def close(self) -> None:
         self._pause()
@@ -350,7 +356,11 @@ class NonFiniteGuard:
         # flag (MAX), so a NaN on one rank makes all ranks replay and skip or raise together.
         if not any_rank(~step_finite(loss, params)):
             return True
-        found = replay(model, replay_step, self._rng) if self._rng is not None else None
+        try:
+            found = replay(model, replay_step, self._rng) if self._rng is not None else None
+        except Exception as err:  # e.g. a compiled region that refuses the checking mode: keep the verdict
+            warnings.warn(f"nonfinite: the op-level re-run failed ({err!r}); no culprit named", RuntimeWarning)
+            found = None
         found = Finding(**{**found.__dict__, "step": self.step}) if found else Finding(
             module=OUTSIDE, op=None, pass_="forward", kind="nan/inf", inputs_finite=None, step=self.step)
         self.findings.append(found)
