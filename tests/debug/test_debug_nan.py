@@ -77,6 +77,13 @@ def test_names_module_and_op_in_custom_function_backward():
     assert found.module == "body.1" and found.pass_ == "backward"
     assert found.op == "aten.log.default" and found.autograd_node == "_BadBackwardBackward"
     assert found.inputs_finite is True and found.output_shapes == [[5, 8]]
+    # The same through the sentinel: module-level checks see only non-finite gradients, the
+    # op-level re-run names the culprit; the re-run leaves the step's gradients as they were.
+    model.zero_grad()
+    with NaNSentinel(model) as sentinel:
+        watched = sentinel.watch(lambda: model(x).pow(2).mean().backward())
+    assert (watched.module, watched.op, watched.pass_, watched.step) == ("body.1", "aten.log.default", "backward", 1)
+    assert torch.isnan(model.inp.weight.grad).all()
 
 
 def _overflow_model():
