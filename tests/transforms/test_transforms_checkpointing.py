@@ -93,3 +93,24 @@ def test_refused_without_blocks():
     with pytest.raises(TransformError, match=r"model.blocks.*\n.*Tip:") as err:
         apply_checkpointing(nn.Sequential(nn.Linear(4, 4)), CheckpointBlocks(every=1))
     assert "Sequential" in str(err.value)
+
+
+def test_checkpointed_blocks_compile_without_graph_breaks():
+    """Checkpointing runs before compile in apply_plan; the compiled block must trace as one region."""
+    from torch._dynamo.utils import counters
+
+    from torchsmith.plan import Compile
+    from torchsmith.transforms.compile import apply_compile
+
+    torch._dynamo.reset()
+    counters.clear()
+    model, batch = tiny_gpt(n_layer=2, n_embd=16, block_size=16), gpt_batch(batch=2, seq=16)
+    want = grads_of(tiny_gpt(n_layer=2, n_embd=16, block_size=16), gpt_loss, batch)
+    apply_checkpointing(model, CheckpointBlocks(every=1))
+    apply_compile(model, Compile(enabled=True, regional=True), backend="aot_eager")
+    got = grads_of(model, gpt_loss, batch)
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert counters["stats"]["unique_graphs"] == 1  # both blocks share one compiled graph
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=1e-7)
+    torch._dynamo.reset()

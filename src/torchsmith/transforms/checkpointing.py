@@ -64,12 +64,16 @@ def _checkpointed(block: nn.Module, context_fn: Callable[[], Any] | None) -> Cal
     def run(*args: Any, **kwargs: Any) -> Any:
         if not torch.is_grad_enabled():
             return forward(*args, **kwargs)  # evaluation: nothing is saved, nothing to recompute
+        if not stats:
+            # The plain path: no Python state mutated inside the checkpointed region, so
+            # torch.compile traces it as one region (a counter here would be a graph break).
+            return checkpoint(forward, *args, use_reentrant=False, **extra, **kwargs)
         calls = 0
 
         def once(*a: Any, **k: Any) -> Any:
             nonlocal calls
             calls += 1
-            if calls == 1 or not stats:
+            if calls == 1:
                 return forward(*a, **k)
             kept = [t.clone() for t in stats]  # the recompute, during backward
             try:
