@@ -113,3 +113,38 @@ def test_every_n_records_one_in_n_and_layers_without_grad_are_flagged():
     monitor.record()
     expect = torch.cat([model2.fc0.weight.grad.flatten(), model2.fc0.bias.grad.flatten()]).norm().item()
     assert math.isclose(monitor.report().grad_norms[0][0], expect, rel_tol=1e-5)
+
+
+class _CountOps(__import__("torch.utils._python_dispatch", fromlist=["TorchDispatchMode"]).TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_hooks_add_no_op_to_backward_and_record_cost_does_not_grow_with_parameters():
+    def backward_ops(model, monitored):
+        monitor = GradMonitor(model) if monitored else None
+        x = torch.randn(4, 16)
+        with _CountOps() as counter:
+            model(x).sum().backward()
+        model.zero_grad()
+        if monitor:
+            monitor.close()
+        return counter.ops
+
+    model = _mlp(3, nn.ReLU)
+    assert backward_ops(model, True) == backward_ops(model, False)  # hooks only note arrival
+
+    def record_ops(depth):
+        model = _mlp(depth, nn.ReLU)
+        monitor = GradMonitor(model)
+        model(torch.randn(4, 16)).sum().backward()
+        with _CountOps() as counter:
+            monitor.record()
+        return len(counter.ops)
+
+    assert record_ops(2) == record_ops(12)  # multi-tensor norms: op count independent of parameter count

@@ -94,6 +94,7 @@ class GradMonitor:
             self._arrived.add(i)  # Python only: no kernel, no sync
         return hook
 
+    @torch.no_grad()
     def record(self) -> None:
         """Record this step's norms if it is an ``every``-th step (one device-to-host copy)."""
         self._calls += 1
@@ -110,7 +111,7 @@ class GradMonitor:
             gnorm = torch.stack(torch._foreach_norm([self.params[i].grad for i in idx])).float()  # (P,)
             sq[0].index_add_(0, layer, gnorm * gnorm)
             got.index_add_(0, layer, torch.ones_like(gnorm))
-        wnorm = torch.stack(torch._foreach_norm([p.detach() for p in self.params])).float()
+        wnorm = torch.stack(torch._foreach_norm(self.params)).float()  # no_grad: no per-parameter detach
         sq[1].index_add_(0, self._layer_of.to(device), wnorm * wnorm)
         norms = torch.cat([sq.sqrt(), got[None]]).cpu().tolist()  # the one sync of this step
         self.steps.append(self._calls)
