@@ -76,3 +76,25 @@ def test_custom_op_runs_opcheck_and_names_the_wrong_input():
     bad = check_gradients(_custom_op("tstest::sq_bad", wrong=True), shapes=[(5,), (5,)], opcheck=False)
     assert bad.kind == "custom op" and bad.wrong == ["x"]
     assert bad.inputs[0].max_rel_error > 0.3  # half the true gradient: relative error 0.5
+
+
+class PowWithAux(torch.autograd.Function):
+    """(x ** k, argmax index as float): a non-tensor argument and a non-differentiable output."""
+
+    @staticmethod
+    def forward(ctx, x, k: int):
+        ctx.save_for_backward(x)
+        ctx.k = k
+        aux = x.detach().abs().argmax().to(x.dtype).expand(3).clone()
+        ctx.mark_non_differentiable(aux)
+        return x ** k, aux
+
+    @staticmethod
+    def backward(ctx, grad, _grad_aux):
+        (x,) = ctx.saved_tensors
+        return grad * ctx.k * x ** (ctx.k - 1), None
+
+
+def test_non_tensor_arguments_and_non_differentiable_outputs():
+    report = check_gradients(PowWithAux, (torch.randn(4), 3))
+    assert report.ok and [i.name for i in report.inputs] == ["x"] and report.inputs[0].max_abs_error < 1e-6
