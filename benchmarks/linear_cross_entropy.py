@@ -7,7 +7,7 @@ CPU allocator's own events (``measure.memory``; ``torch.cuda.max_memory_allocate
 CUDA). Time: median of interleaved repetitions, so both variants see the same machine
 noise, as wall clock and as process CPU time (steadier on a shared CPU). Target at 32k: >= 60% less peak memory for <= 15% more time.
 
-    PYTHONPATH=src .venv/bin/python benchmarks/linear_cross_entropy.py [--device cuda] [--reps 5]
+    PYTHONPATH=src .venv/bin/python benchmarks/linear_cross_entropy.py [--device cuda] [--reps 5] [--threads N] [--step]
 """
 
 from __future__ import annotations
@@ -80,6 +80,26 @@ def run(vocab: int, device: torch.device, reps: int, chunk: int | None) -> dict:
     return {"vocab": vocab, "chunk": chunk, "mem": mem, "time": t}
 
 
+def step_peaks(vocab: int, device: torch.device) -> tuple[int, int]:
+    """Peak memory of one whole gpt-mini training step (AdamW) at ``vocab``, via ``prepare``."""
+    from torchsmith.engine.step import prepare
+    from torchsmith.plan import LossImpl, Plan
+    from torchsmith.workloads.gpt_mini import GPT, GPTConfig, gpt_loss
+
+    peaks = []
+    for plan in (Plan(), Plan(loss_impl=LossImpl(impl="chunked"))):
+        torch.manual_seed(0)
+        model = GPT(GPTConfig(vocab_size=vocab, block_size=128, n_layer=4, n_head=4, n_embd=C)).to(device)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        step = prepare(plan, model, opt, gpt_loss)
+        batch = tuple(torch.randint(0, vocab, (16, 128), device=device) for _ in range(2))
+        step(batch)  # warm-up: optimizer state and the chunked loss's one-time check
+        with track_peak_memory(device, live=(model, opt)) as mem:
+            step(batch)
+        peaks.append(mem.result.peak_delta_bytes)
+    return peaks[0], peaks[1]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -87,6 +107,7 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=None, help="rows per chunk (default: default_chunk_size)")
     ap.add_argument("--vocab", type=int, nargs="*", default=[62, 32000])
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: PyTorch's)")
+    ap.add_argument("--step", action="store_true", help="also measure a whole gpt-mini training step per vocab")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -106,6 +127,10 @@ def main() -> None:
             print(f"       target at 32k, >= 60% less memory ({1 - m1 / m0:.0%}) at <= +15% time: "
                   f"{verdict(w0, w1)} by wall clock ({w1 / w0 - 1:+.0%}), {verdict(c0, c1)} by CPU time "
                   f"({c1 / c0 - 1:+.0%}). On a shared machine trust CPU time; on CUDA, wall.")
+        if args.step:
+            s0, s1 = step_peaks(vocab, device)
+            print(f"       whole gpt-mini training step at vocab {vocab}: peak {s0 / 2**20:.1f} MB standard, "
+                  f"{s1 / 2**20:.1f} MB chunked ({s1 / s0 - 1:+.0%})")
 
 
 if __name__ == "__main__":
