@@ -53,7 +53,7 @@ def test_measures_candidates_against_the_baseline_and_reports_refusals(measured)
     for r in rows:
         if r.transform == "optimizer":
             # Same maths, same seed and batches: the losses agree to float rounding.
-            assert r.ok and r.speed > 0 and r.loss_rel_diff < 1e-5, r
+            assert r.ok and r.speed > 0 and r.speed_best > 0 and r.loss_rel_diff < 1e-5, r
             assert 0.8 < r.memory < 1.25, r
     # Micro-batching splits the batch: its loss matches up to summation order.
     assert by_label["microbatching.count=4"].loss_rel_diff < 1e-4

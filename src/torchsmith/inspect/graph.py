@@ -89,7 +89,8 @@ def trace_shapes(model: nn.Module, args: tuple, kwargs: dict) -> GraphInfo:
         try:
             gm = torch.fx.symbolic_trace(model)
         except Exception as err:  # TraceError, TypeError from Proxy iteration, ...
-            reason = f"torch.fx.symbolic_trace failed: {type(err).__name__}: {str(err).strip().splitlines()[0]}"
+            reason = (f"torch.fx.symbolic_trace failed: {type(err).__name__}: {str(err).strip().splitlines()[0]}"
+                      f"{_where(err)}")
     if reason is not None:
         shapes = _hook_shapes(model, args, kwargs)
         return GraphInfo("hooks", f"{reason}; output shapes come from forward hooks on module boundaries.", shapes)
@@ -108,6 +109,19 @@ def trace_shapes(model: nn.Module, args: tuple, kwargs: dict) -> GraphInfo:
     calls = sum(n.op.startswith("call_") for n in nodes)
     return GraphInfo("fx", f"torch.fx symbolic trace: {len(nodes)} nodes ({calls} calls), shapes from ShapeProp.",
                      shapes, nodes)
+
+
+def _where(err: BaseException) -> str:
+    """' at file.py:123 (`source line`)': the last frame of the model's own code, not torch's."""
+    import os
+    import traceback
+
+    torch_dir = os.path.dirname(torch.__file__)
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if not f.filename.startswith(torch_dir)]
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f" at {os.path.basename(f.filename)}:{f.lineno} (`{(f.line or '').strip()}`)"
 
 
 def _hook_shapes(model: nn.Module, args: tuple, kwargs: dict) -> dict[str, str]:

@@ -44,6 +44,9 @@ class TipRow:
     plan: Plan
     speed: float | None
     """Baseline step time / this step time: above 1 is faster."""
+    speed_best: float | None
+    """The same ratio from each plan's fastest step: less sensitive to other processes
+    stealing the cores, which only ever add time."""
     memory: float | None
     """This peak memory / the baseline's: below 1 uses less."""
     loss_rel_diff: float | None
@@ -95,6 +98,7 @@ def _row(c: Candidate, m: PlanMeasurement, base: PlanMeasurement) -> TipRow:
     return TipRow(
         transform=c.transform, label=c.label, plan=c.plan,
         speed=ratio(base.step_seconds, m.step_seconds) if m.ok else None,
+        speed_best=ratio(min(base.step_times, default=None), min(m.step_times, default=None)) if m.ok else None,
         memory=ratio(m.peak_memory_bytes, base.peak_memory_bytes) if m.ok else None,
         loss_rel_diff=m.loss_rel_diff, param_rel_diff=m.param_rel_diff,
         step_seconds=m.step_seconds, peak_memory_bytes=m.peak_memory_bytes,

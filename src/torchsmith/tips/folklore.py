@@ -224,7 +224,8 @@ def check_jit_script(device: str | torch.device = "cpu", numel: int = 1 << 20, r
     details = [f"{k}: {v * 1e3:.3f} ms per call ({med['eager'] / v:.2f}x eager)" for k, v in med.items()]
     details += [f"{k} failed: {v}" for k, v in errors.items()]
     if "compile_seconds" in figures:
-        details.append(f"torch.compile took {figures['compile_seconds']:.1f} s to compile (once, not in the times above).")
+        details.append(f"torch.compile's first call took {figures['compile_seconds']:.1f} s (compilation, or a hit in "
+                       "Inductor's on-disk cache from an earlier run; paid once, not in the times above).")
     details.append("TorchScript is in maintenance mode: no new features, and torch "
                    f"{torch.__version__.split('+')[0]} warns on torch.jit.script: "
                    f"\"{deprecation or 'no deprecation warning was raised'}\". Use torch.compile or torch.export.")
