@@ -116,3 +116,8 @@ def test_bench_tips_json_command():
     data = json.loads(out.stdout[out.stdout.index("{"):])
     assert [c["transform"] for c in data["candidates"]] == ["optimizer"] * 3
     assert data["machine"]["torch_version"] == torch.__version__
+
+
+def test_unknown_transform_name_is_a_clear_error():
+    with pytest.raises(ValueError, match="no transform named 'nope'.*registered: .*checkpointing"):
+        candidates(CPU, only=["nope"])

@@ -67,6 +67,12 @@ class TipRow:
 
 def candidates(device: torch.device, only: list[str] | None = None) -> list[Candidate]:
     """One plan per registered candidate value that applies to ``device``, in the tuner's order."""
+    from torchsmith.transforms.base import registered_transforms
+
+    unknown = sorted(set(only or ()) - set(registered_transforms()))
+    if unknown:
+        raise ValueError(f"no transform named {', '.join(map(repr, unknown))}; registered: "
+                         f"{', '.join(sorted(registered_transforms()))}.\nTip: pass one of those to --only.")
     out = []
     for dim in search_space(device_info(device)):
         if only and dim.name not in only:
