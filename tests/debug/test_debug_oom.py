@@ -108,6 +108,8 @@ def test_explain_oom_splits_memory_and_ranks_fixes():
                                               "saved-tensor compression", "bf16 autocast"}
     assert "empty_cache() does not help" in "\n".join(info.value.__notes__)
     assert any(t.what == "param fc1.weight" for t in report.largest)
+    # tanh saves its (64, 32) output for backward: found through the autograd graph of the failing frame.
+    assert any(t.what == "saved for backward" and t.shape == [64, 32] for t in report.largest)
 
 
 def test_engine_attaches_the_explanation_without_auto_microbatch():

@@ -25,6 +25,7 @@ from typing import Any, Iterator
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_leaves
 
 from torchsmith.transforms.base import Change
 
@@ -97,7 +98,7 @@ def apply_auto_microbatch(parts: Any, enabled: bool) -> Change:
 @dataclass(frozen=True)
 class LiveTensor:
     what: str
-    """'param blocks.0.attn.c_attn.weight', 'grad ...', 'optimizer exp_avg of ...' or 'activation or input'."""
+    """'param blocks.0.attn.c_attn.weight', 'grad ...', 'optimizer exp_avg of ...', 'saved for backward' or 'activation or input'."""
     shape: list[int]
     dtype: str
     bytes: int
@@ -191,17 +192,23 @@ def explain(err: BaseException, model: nn.Module | None = None,
             for k, v in (optimizer.state.get(p, {}) if optimizer is not None else {}).items():
                 if isinstance(v, torch.Tensor):
                     names[v.untyped_storage()._cdata] = f"optimizer {k} of {n}"
-    frame_tensors = [v for f in _frames(err.__traceback__) for v in f.f_locals.values() if isinstance(v, torch.Tensor)]
-    live: dict[int, LiveTensor] = {}
+    frame_tensors = [t for f in _frames(err.__traceback__) for v in f.f_locals.values() for t in tree_leaves(v)
+                     if isinstance(t, torch.Tensor)]  # locals, and tensors in their tuples / lists / dicts
+    saved = _saved_tensors(frame_tensors)
     state = [p for p in (model.parameters() if model else [])]
     state += [p.grad for p in state if p.grad is not None]
     state += [v for st in (optimizer.state.values() if optimizer else []) for v in st.values() if isinstance(v, torch.Tensor)]
-    for t in frame_tensors + _saved_tensors(frame_tensors) + state:
+    live: dict[int, LiveTensor] = {}
+    saved_keys = {t.untyped_storage()._cdata for t in saved}
+    for t in saved + frame_tensors + state:
         key = t.untyped_storage()._cdata
         if key not in live:
-            live[key] = LiveTensor(names.get(key, "activation or input"), list(t.shape), str(t.dtype).removeprefix("torch."),
-                                   t.untyped_storage().nbytes())
-    acts = sum(t.bytes for t in live.values() if t.what == "activation or input")
+            what = names.get(key, "saved for backward" if key in saved_keys else "activation or input")
+            live[key] = LiveTensor(what, list(t.shape), str(t.dtype).removeprefix("torch."), t.untyped_storage().nbytes())
+    act = [t for t in live.values() if t.what in ("saved for backward", "activation or input")]
+    acts = sum(t.bytes for t in act)
+    saved_fp32 = sum(t.bytes for t in act if t.what == "saved for backward" and t.dtype == "float32")
+    saved_bytes = sum(t.bytes for t in act if t.what == "saved for backward")
     with warnings.catch_warnings():  # isinstance() on some lazy torch objects warns of deprecations
         warnings.simplefilter("ignore")
         others = {}
@@ -221,21 +228,24 @@ def explain(err: BaseException, model: nn.Module | None = None,
         device=str(device), error=str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__,
         requested_bytes=_requested_bytes(err), params=split.params if split else 0, grads=split.grads if split else 0,
         optimizer_state=split.optimizer_state if split else 0, activations=acts, other=other, allocated=allocated,
-        largest=sorted(live.values(), key=lambda t: -t.bytes)[:10], fixes=_fixes(model, acts))
+        largest=sorted(live.values(), key=lambda t: -t.bytes)[:10],
+        fixes=_fixes(model, acts, saved_bytes, saved_fp32, sum(t.bytes for t in act if t.dtype == "float32")))
 
 
-def _fixes(model: nn.Module | None, acts: int) -> list[Fix]:
+def _fixes(model: nn.Module | None, acts: int, saved: int, saved_fp32: int, acts_fp32: int) -> list[Fix]:
+    """Estimated savings: halving the micro-batch halves activations; checkpointing keeps one block
+    input of the saved tensors; bf16 halves what is fp32 (saved tensors only, or all activations)."""
     blocks = max((len(m) for m in model.modules() if isinstance(m, nn.ModuleList)), default=0) if model else 0
     kept = 1 / blocks if blocks > 1 else 0.5  # checkpointing keeps each block's input only
     fixes = [
         Fix("micro-batching x2", acts // 2, "Plan(microbatching=MicroBatching(count=2)) or auto_microbatch=True: "
             "half the samples per pass, same gradients"),
-        Fix("activation checkpointing", int(acts * (1 - kept)),
+        Fix("activation checkpointing", int(saved * (1 - kept)),
             f"recompute {'each of the ' + str(blocks) + ' blocks' if blocks > 1 else 'the model'} in backward "
             "(~20-35% more step time)"),
-        Fix("saved-tensor compression", acts // 2, "store tensors saved for backward in bf16 "
+        Fix("saved-tensor compression", saved_fp32 // 2, "store fp32 tensors saved for backward in bf16 "
             "(torch.autograd.graph.saved_tensors_hooks)"),
-        Fix("bf16 autocast", acts // 2, "Plan(precision=Autocast(dtype='bfloat16')): 16-bit activations "
+        Fix("bf16 autocast", acts_fp32 // 2, "Plan(precision=Autocast(dtype='bfloat16')): 16-bit activations "
             "(fast only with native bf16 hardware)"),
     ]
     return sorted(fixes, key=lambda f: -f.saving_bytes)
