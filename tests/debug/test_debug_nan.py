@@ -148,3 +148,17 @@ def test_warn_mode_steps_anyway_and_off_mode_checks_nothing():
     step = prepare(Plan(), model, torch.optim.SGD(model.parameters(), lr=0.1), _mse)
     assert step.parts.nonfinite is None
     assert torch.isnan(step(bad))
+
+
+def test_plan_knobs_round_trip_and_validate():
+    plan = Plan(nonfinite="skip_step", auto_microbatch=True)
+    assert Plan.from_dict(json_round_trip(plan.to_dict())) == plan
+    assert Plan().nonfinite is None and Plan().auto_microbatch is False
+    with pytest.raises(ValueError, match="nonfinite"):
+        Plan(nonfinite="ignore")
+
+
+def json_round_trip(data):
+    import json
+
+    return json.loads(json.dumps(data))
