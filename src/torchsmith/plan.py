@@ -223,7 +223,7 @@ class LossImpl(_Config):
     vocab >> model width (~87% less peak for the loss at vocab 32k), more when vocab < width.
     Needs ``model.lm_head`` (nn.Linear) applied last and (inputs, targets) batches."""
     chunk_size: int | None = field(default=None, metadata=_range(1, 1 << 24))
-    """Tokens per chunk. None: chunks of logits about max(tokens x width, 8Mi) elements. Smaller
+    """Tokens per chunk. None: chunks of logits about max(tokens x width, 16Mi) elements. Smaller
     saves memory, but each chunk's matmul runs less efficiently."""
 
 
