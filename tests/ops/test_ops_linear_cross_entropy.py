@@ -106,7 +106,7 @@ def test_errors_say_what_was_expected():
 def test_default_chunk_size():
     assert default_chunk_size(2048, 62, 256) == 2048  # small vocab: a single chunk
     rows = default_chunk_size(2048, 32000, 256)
-    assert rows & (rows - 1) == 0 and rows * 32000 <= max(2048 * 256, 1 << 23)
+    assert rows & (rows - 1) == 0 and rows * 32000 <= max(2048 * 256, 1 << 24)
 
 
 def _loss_peak(fn, tensors) -> int:
