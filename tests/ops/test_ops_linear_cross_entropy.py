@@ -128,3 +128,28 @@ def test_peak_memory_far_below_full_logits():
     assert standard >= 2 * logits_bytes  # autograd holds logits and log-softmax at once
     assert chunked <= 0.4 * standard, (chunked, standard)
     assert chunked < logits_bytes  # the full logits never existed
+
+
+def test_autocast_matmuls_in_autocast_dtype_eager_and_compiled():
+    x, w, b, y = _data(64, 32, 100)
+
+    def chunked(x, w, b):
+        with torch.autocast("cpu", torch.bfloat16):
+            return linear_cross_entropy(x, w, y, b, chunk_size=16)
+
+    def reference(x, w, b):
+        with torch.autocast("cpu", torch.bfloat16):
+            return F.cross_entropy(F.linear(x, w, b), y)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(chunked, fullgraph=True, backend="aot_eager")
+    results = [(loss, torch.autograd.grad(loss, [x, w, b])) for loss in (chunked(x, w, b), compiled(x, w, b))]
+    ref = reference(x, w, b)
+    ref_grads = torch.autograd.grad(ref, [x, w, b])
+    fp32 = F.cross_entropy(F.linear(x, w, b), y)
+    for loss, grads in results:
+        assert loss.dtype == torch.float32 and all(g.dtype == torch.float32 for g in grads)
+        torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-5)  # same bf16 logits as autocast's F.linear
+        for a, r in zip(grads, ref_grads):
+            torch.testing.assert_close(a, r, rtol=2e-2, atol=1e-3)
+    assert not torch.isclose(results[0][0], fp32, rtol=1e-6)  # it really ran the matmul in bf16

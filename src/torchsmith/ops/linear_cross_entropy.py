@@ -201,7 +201,16 @@ def linear_cross_entropy(
     needs_grad = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (x, weight, bias)
     )
-    loss, *_ = _linear_cross_entropy_op(
-        x2, weight, t1, bias, int(chunk_size), int(ignore_index), float(label_smoothing), reduction, needs_grad
-    )
+    device_type = x2.device.type
+    if torch.is_autocast_enabled(device_type):
+        # As autocast treats F.linear: the matmuls in the autocast dtype (the casts are
+        # differentiable, so gradients come back in fp32). The op itself then runs with autocast
+        # off, so eager and compiled graphs compute the same thing.
+        dtype = torch.get_autocast_dtype(device_type)
+        x2, weight = x2.to(dtype), weight.to(dtype)
+        bias = bias.to(dtype) if bias is not None else None
+    with torch.autocast(device_type, enabled=False):
+        loss, *_ = _linear_cross_entropy_op(
+            x2, weight, t1, bias, int(chunk_size), int(ignore_index), float(label_smoothing), reduction, needs_grad
+        )
     return loss
