@@ -122,15 +122,8 @@ def load_workload(spec: str | Workload | None = None) -> Workload:
             "nor of the form 'package.module:function' or 'path/to/file.py:function'.\n"
             f"Tip: torchsmith tune {spec}:workload  (if {spec!r} defines `def workload()`)"
         )
-    module_part, _, attr = target.rpartition(":")
-    module = _import_module(spec, module_part)
-    factory = getattr(module, attr, None)
-    if factory is None:
-        public = [n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n))]
-        raise WorkloadError(
-            f"workload spec {spec!r}: module {module_part!r} has no attribute {attr!r}. "
-            f"Callables it defines: {', '.join(public[:12]) or 'none'}."
-        )
+    factory = import_attr(target, f"workload spec {spec!r}")
+    attr = target.rpartition(":")[2]
     workload = factory() if callable(factory) and not isinstance(factory, Workload) else factory
     if not isinstance(workload, Workload):
         raise WorkloadError(
@@ -142,11 +135,33 @@ def load_workload(spec: str | Workload | None = None) -> Workload:
     return workload
 
 
-def _import_module(spec: str, module_part: str):
+def import_attr(target: str, what: str) -> Any:
+    """The object named by ``package.module:name`` or ``path/to/file.py:name`` (dots allowed in name).
+
+    ``what`` opens every error message, e.g. ``"workload spec 'x'"``.
+
+    >>> import_attr("torchsmith.workload:Workload", "example").__name__
+    'Workload'
+    """
+    if ":" not in target:
+        raise WorkloadError(f"{what}: {target!r} is not of the form 'package.module:name' or "
+                            "'path/to/file.py:name'.\nTip: e.g. mypkg.ops:MyFunction")
+    module_part, _, attr = target.rpartition(":")
+    obj = _import_module(what, module_part)
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            public = [n for n in dir(obj) if not n.startswith("_") and callable(getattr(obj, n))]
+            raise WorkloadError(f"{what}: {module_part!r} has no attribute {attr!r}. "
+                                f"Callables it defines: {', '.join(public[:12]) or 'none'}.")
+        obj = getattr(obj, part)
+    return obj
+
+
+def _import_module(what: str, module_part: str):
     if module_part.endswith(".py") or "/" in module_part or "\\" in module_part:
         path = Path(module_part).expanduser()
         if not path.is_file():
-            raise WorkloadError(f"workload spec {spec!r}: file {str(path)!r} does not exist (cwd: {Path.cwd()}).")
+            raise WorkloadError(f"{what}: file {str(path)!r} does not exist (cwd: {Path.cwd()}).")
         name = f"_torchsmith_user_{path.stem}"
         module_spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(module_spec)
@@ -164,7 +179,7 @@ def _import_module(spec: str, module_part: str):
     except ModuleNotFoundError as err:
         if err.name and module_part.startswith(err.name):
             raise WorkloadError(
-                f"workload spec {spec!r}: no module named {module_part!r} on sys.path "
+                f"{what}: no module named {module_part!r} on sys.path "
                 f"(tried the built-ins {', '.join(BUILTIN_WORKLOADS)} and an import of {module_part!r}).\n"
                 "Tip: run from the directory that holds the module, or pass a file path: path/to/file.py:workload"
             ) from None

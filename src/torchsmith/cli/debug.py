@@ -46,29 +46,10 @@ def _cycle(workload: Any) -> Iterator[Any]:
 
 
 def _load_attr(spec: str, what: str) -> Any:
-    """``package.module:attr`` or ``path/to/file.py:attr``."""
-    if ":" not in spec:
-        raise ValueError(f"{what} {spec!r} is not of the form 'package.module:name' or 'path/to/file.py:name'.\n"
-                         f"Tip: e.g. mypkg.ops:MyFunction")
-    module_part, _, attr = spec.rpartition(":")
-    if module_part.endswith(".py") or "/" in module_part:
-        path = Path(module_part).expanduser()
-        if not path.is_file():
-            raise ValueError(f"{what} {spec!r}: file {str(path)!r} does not exist (cwd: {Path.cwd()}).")
-        name = f"_torchsmith_debug_{path.stem}"
-        mod_spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(mod_spec)
-        sys.modules[name] = module
-        sys.path.insert(0, str(path.parent.resolve()))
-        mod_spec.loader.exec_module(module)
-    else:
-        module = importlib.import_module(module_part)
-    target = module
-    for part in attr.split("."):
-        if not hasattr(target, part):
-            raise ValueError(f"{what} {spec!r}: {module_part!r} has no attribute {attr!r}.")
-        target = getattr(target, part)
-    return target
+    """``package.module:attr`` or ``path/to/file.py:attr``, resolved as workload specs are."""
+    from torchsmith.workload import import_attr
+
+    return import_attr(spec, f"{what} {spec!r}")
 
 
 @debug_app.command("grads")
