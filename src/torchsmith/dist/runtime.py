@@ -49,10 +49,16 @@ def init_from_env(device: torch.device) -> DistContext | None:
     if device.type == "cuda":
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        # torchrun shares the rendezvous TCPStore across restarts, and the keys where gloo
+        # publishes each rank's address are not per attempt: a restarted rank could read a
+        # dead worker's address and fail with "Connection refused". Prefix them per attempt.
+        store, rank, world_size = next(dist.rendezvous("env://"))
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", rank=rank, world_size=world_size,
+                                store=dist.PrefixStore(f"torchsmith/attempt_{restart}/", store))
     return DistContext(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=local_rank,
-                       device=device, restart=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)))
+                       device=device, restart=restart)
 
 
 def rank_and_world() -> tuple[int, int]:
