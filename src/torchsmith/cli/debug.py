@@ -12,10 +12,7 @@ and is imported from ``cli/__init__.py`` after this one.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Any, Iterator, Optional
 

@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from torchsmith.engine.loop import build_step, resolve_device
-from torchsmith.engine.step import Step, to_device
+from torchsmith.engine.step import Step
 from torchsmith.plan import Plan
 from torchsmith.workload import Workload
 

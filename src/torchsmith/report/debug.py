@@ -8,7 +8,6 @@ import io
 import math
 from contextlib import contextmanager
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from rich.console import Console
