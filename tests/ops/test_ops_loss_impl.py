@@ -8,7 +8,7 @@ from torch import nn
 from torchsmith.engine.parts import StepParts
 from torchsmith.engine.step import prepare
 from torchsmith.measure.memory import track_peak_memory
-from torchsmith.plan import LossImpl, Plan
+from torchsmith.plan import Autocast, BF16Params, CompressSaved, LossImpl, MicroBatching, Plan
 from torchsmith.transforms.base import TransformError
 from torchsmith.transforms.loss_impl import apply_loss_impl
 from torchsmith.workloads.gpt_mini import GPT, GPTConfig, gpt_loss
@@ -108,3 +108,13 @@ def test_chunked_cuts_step_peak_memory_at_large_vocab():
     standard = _step_peak(Plan(), 16384)
     chunked = _step_peak(Plan(loss_impl=LossImpl(impl="chunked", chunk_size=32)), 16384)
     assert chunked <= 0.6 * standard, (chunked, standard)
+
+
+@pytest.mark.parametrize("knob", [dict(precision=BF16Params()), dict(precision=Autocast()),
+                                  dict(microbatching=MicroBatching(count=2)), dict(saved_tensors=CompressSaved())],
+                         ids=["bf16_params", "autocast", "microbatching", "compress_saved"])
+def test_chunked_composes_with_other_knobs(knob):
+    batches = _batches(vocab=500)
+    _, _, ref = _train(Plan(**knob), batches, vocab=500)
+    _, _, got = _train(Plan(loss_impl=CHUNKED, **knob), batches, vocab=500)
+    assert got == pytest.approx(ref, rel=1e-4)
