@@ -13,9 +13,10 @@ plus the gradients, which the step needs anyway.
 The trade-offs, measured by ``benchmarks/linear_cross_entropy.py``:
 
 - it pays off when ``vocab > C``: the saved ``grad_x`` is ``N x C`` where autograd saves
-  ``N x vocab``. At a small vocab (gpt-mini's 62 characters, C = 256) it saves *more*;
+  ``N x vocab``. At vocab 32k, C = 256 the loss's peak memory fell 79%; at gpt-mini's
+  62 characters it *rose* 143% (2.5 -> 6.2 MB);
 - the three matmuls all run in forward, even for a frozen weight, so backward is cheap but
-  forward is about 3x slower; the step as a whole costs about the same;
+  forward is about 3x slower; forward + backward measured -7% at 32k, +31% at vocab 62;
 - no double backward (the saved gradients are constants for autograd).
 
 It is a ``torch.library.custom_op`` with a fake implementation and a registered autograd
