@@ -162,3 +162,23 @@ def json_round_trip(data):
     import json
 
     return json.loads(json.dumps(data))
+
+
+def test_gradient_check_sees_the_optimizers_fp32_masters_under_bf16_parameters():
+    # BF16Params moves gradients to fp32 master copies held by the optimizer: the check must
+    # read those, or a NaN gradient would reach the update unseen.
+    from torchsmith.plan import BF16Params
+
+    torch.manual_seed(0)
+    model = nn.Sequential()
+    model.add_module("inp", nn.Linear(6, 8))
+    model.add_module("body", nn.Sequential(nn.Tanh(), _Scale(), nn.Linear(8, 8)))
+    model.add_module("out", nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = prepare(Plan(precision=BF16Params(), nonfinite="skip_step"), model, opt,
+                   lambda m, b: m(b).float().pow(2).mean())
+    masters = [p.detach().clone() for g in opt.param_groups for p in g["params"]]
+    with pytest.warns(RuntimeWarning, match="optimizer step skipped"):
+        step(torch.randn(5, 6))
+    assert step.parts.nonfinite.skipped == 1
+    assert all(torch.equal(a, p) for a, p in zip(masters, (p for g in opt.param_groups for p in g["params"])))

@@ -349,9 +349,12 @@ class NonFiniteGuard:
         self._rng = _rng_state()
 
     def step_ok(self, model: nn.Module, loss: torch.Tensor, replay_step: Callable[[], Any],
-                check_grads: bool = True) -> bool:
-        """True: take the optimizer step. The ``bool()`` is this step's one host-device sync."""
-        params = list(model.parameters()) if check_grads else []
+                check_grads: bool = True, params: list[torch.Tensor] | None = None) -> bool:
+        """True: take the optimizer step. The ``bool()`` is this step's one host-device sync.
+
+        ``params``: the tensors whose gradients the optimizer will apply (default: the model's).
+        They differ when a transform keeps fp32 master copies (bf16 parameters)."""
+        params = (list(model.parameters()) if params is None else params) if check_grads else []
         # Under torchrun every rank must act alike at the same step: any_rank all-reduces the
         # flag (MAX), so a NaN on one rank makes all ranks replay and skip or raise together.
         if not any_rank(~step_finite(loss, params)):

@@ -33,7 +33,8 @@ def train_step(parts: StepParts, batch: Any, timer: PhaseTimer | None = None) ->
     loss_sum = _forward_backward(parts, batch, timer)
     with timer.phase("optimizer"):
         if parts.nonfinite is not None and not parts.nonfinite.step_ok(
-                parts.model, loss_sum, lambda: _accumulate(parts, batch, _NULL_TIMER), check_grads=parts.scaler is None):
+                parts.model, loss_sum, lambda: _accumulate(parts, batch, _NULL_TIMER), check_grads=parts.scaler is None,
+                params=[p for group in parts.optimizer.param_groups for p in group["params"]]):
             # skip_step: the update, the optimizer state and the schedule are left untouched.
             parts.optimizer.zero_grad(set_to_none=parts.set_to_none)
             return loss_sum
