@@ -24,7 +24,7 @@ def tune_progress(quiet: bool = False) -> Iterator[Any]:
                         TextColumn("{task.completed:.0f}/{task.total:.0f} candidates"),
                         TextColumn("best: {task.fields[best]}"), TimeElapsedColumn(), TextColumn("ETA"),
                         TimeRemainingColumn(), TextColumn("({task.fields[budget]})"), console=console)
-    task = progress.add_task("tune", total=None, knob="", best="", budget="")
+    task = progress.add_task("tune", total=1, knob="", best="", budget="")
 
     def update(p: TuneProgress) -> None:
         speed = f" ({p.best_speedup:.2f}x)" if p.best_speedup else ""
