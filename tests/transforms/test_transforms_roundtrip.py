@@ -12,13 +12,14 @@ from torch import nn
 from torchsmith.engine.parts import StepParts
 from torchsmith.engine.step import train_step
 from torchsmith.plan import (
-    Autocast, BF16Params, CheckpointBlocks, Compile, CompressSaved, InPlace, MemoryFormat, MicroBatching,
+    Autocast, BF16Params, CheckpointBlocks, Compile, CompressSaved, InPlace, LossImpl, MemoryFormat, MicroBatching,
     OptimizerImpl, SelectiveCheckpoint, Threads,
 )
 from torchsmith.transforms.base import TransformError, registered_transforms
 from torchsmith.transforms.checkpointing import apply_checkpointing
 from torchsmith.transforms.compile import apply_compile
 from torchsmith.transforms.inplace import apply_inplace
+from torchsmith.transforms.loss_impl import apply_loss_impl
 from torchsmith.transforms.memory_format import apply_memory_format
 from torchsmith.transforms.microbatching import apply_microbatching
 from torchsmith.transforms.optimizer_impl import apply_optimizer_impl
@@ -63,6 +64,7 @@ CASES = {
     "microbatching": (GPT_CASE, lambda p: apply_microbatching(p, MicroBatching(count=2))),
     "optimizer_foreach": (GPT_CASE, lambda p: apply_optimizer_impl(p.optimizer, OptimizerImpl(impl="foreach"))),
     "optimizer_fused": (GPT_CASE, lambda p: apply_optimizer_impl(p.optimizer, OptimizerImpl(impl="fused"))),
+    "loss_impl_chunked": (GPT_CASE, lambda p: apply_loss_impl(p, LossImpl(impl="chunked"))),
 }
 
 
@@ -151,7 +153,7 @@ def test_every_plan_transform_registers_candidates():
 
     infos = registered_transforms()
     for name in ("threads", "precision", "compile", "checkpointing", "saved_tensors", "optimizer",
-                 "microbatching", "memory_format", "inplace"):
+                 "microbatching", "memory_format", "inplace", "loss_impl", "loader"):
         assert name in infos, name
         cands = infos[name].candidates(DeviceInfo(type="cpu", cores=2))
         assert cands, name
