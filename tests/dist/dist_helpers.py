@@ -15,7 +15,12 @@ REPO = HERE.parents[1]
 
 def torchrun(entry: list[str], args: list[str], *, max_restarts: int = 0, env: dict[str, str] | None = None,
              timeout: float = 240, log_dir: str | None = None) -> subprocess.CompletedProcess:
-    cmd, _ = build_command(LaunchConfig(nproc_per_node=2, max_restarts=max_restarts, log_dir=log_dir), args, entry=entry)
+    return torchrun_cfg(dict(max_restarts=max_restarts, log_dir=log_dir), entry, args, env=env, timeout=timeout)
+
+
+def torchrun_cfg(cfg: dict, entry: list[str], args: list[str], *, env: dict[str, str] | None = None,
+                 timeout: float = 240) -> subprocess.CompletedProcess:
+    cmd, _ = build_command(LaunchConfig(nproc_per_node=2, **cfg), args, entry=entry)
     full_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(HERE)]),
                 "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", **(env or {})}
     # A new session, so that a timeout kills torchrun and every worker it started.

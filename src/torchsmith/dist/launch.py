@@ -13,6 +13,7 @@ Example::
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import os
 import socket
@@ -53,6 +54,9 @@ def build_command(cfg: LaunchConfig, args: list[str], entry: list[str] = WORKER)
                          f"{cfg.nproc_per_node} and {cfg.max_restarts}.")
     if not args:
         raise ValueError("nothing to launch.\nTip: torchsmith launch --nproc-per-node 2 -- run mlp --steps 100")
+    if cfg.rdzv_backend == "etcd-v2" and importlib.util.find_spec("etcd") is None:
+        raise ValueError("--rdzv-backend etcd-v2 needs the python-etcd client, which is not installed.\n"
+                         "Tip: pip install 'torchsmith[etcd]'")
     notes = []
     endpoint = cfg.rdzv_endpoint
     if endpoint is None:
