@@ -85,3 +85,25 @@ def test_restart_budget_exhausted_names_the_rank_and_the_exception(tmp_path):
     root = out[out.index("Root Cause"):]
     assert "rank      : 1 (local_rank: 1)" in root, root
     assert "RuntimeError: injected failure on rank 1 at step 1" in root, root
+
+
+def test_a_two_rank_checkpoint_loads_into_one_rank(reference, tmp_path):
+    """Resharding on load: DCP lays the 2-rank model and optimizer state out for 1 rank."""
+    import torch.distributed as dist
+
+    from dist_fault_workload import workload
+    from torchsmith.dist.checkpoint import DistCheckpointer
+    from torchsmith.engine.loop import build_step
+    from torchsmith.plan import Plan
+
+    _, ckpt = reference
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        step = build_step(workload(), Plan(), torch.device("cpu"))
+        loaded = DistCheckpointer(ckpt).load_latest(step.parts)
+    finally:
+        dist.destroy_process_group()
+    assert loaded.state["step"] == STEPS and loaded.state["world_size"] == 2
+    final = load_model_tensors(loaded.path)
+    assert all(torch.equal(v, final[k]) for k, v in step.model.state_dict().items())
+    assert len(step.optimizer.state) == len(final)  # Adam moments for every parameter

@@ -248,15 +248,15 @@ def _unplain(value: Any) -> Any:
 
 
 def _read_rank_json(path: Path, rank: int) -> dict[str, Any]:
-    mine = path / f"rank_{rank:05d}.json"
-    if not mine.is_file():
-        raise DistCheckpointError(
-            f"{path} holds no state for rank {rank} (it has {len(list(path.glob('rank_*.json')))} rank files): "
-            "the world size changed since it was saved.\n"
-            "Tip: resume with the same --nproc-per-node x --nnodes; model and optimizer tensors reshard, "
-            "but per-rank RNG streams do not."
-        )
-    return _unplain(json.loads(mine.read_text()))
+    """This rank's extras. After the world grew, a new rank takes rank ``rank % saved`` 's RNG
+    streams (model and optimizer tensors reshard exactly; RNG streams cannot)."""
+    saved = len(list(path.glob("rank_*.json")))
+    if saved == 0:
+        raise DistCheckpointError(f"{path} is marked complete but holds no rank_*.json: it was not written by torchsmith.")
+    source = rank if (path / f"rank_{rank:05d}.json").is_file() else rank % saved
+    state = _unplain(json.loads((path / f"rank_{source:05d}.json").read_text()))
+    state["rng_from_rank"] = source
+    return state
 
 
 def _write_json(path: Path, data: Any) -> None:
