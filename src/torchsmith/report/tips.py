@@ -107,12 +107,13 @@ def tips_to_markdown(report: TipsReport, command: str) -> str:
         f"All plans ran interleaved in one process, from the same seed over the same {report.warmup + report.steps} "
         f"batches; times are medians of {report.steps} steps after {report.warmup} warm-up.",
         "",
-        "- **speed**: baseline median step time / plan median step time (above 1 is faster)",
+        "- **speed**: baseline step time / plan step time (above 1 is faster), the median over rounds of "
+        "the ratio of the two steps that ran in the same round, seconds apart",
         "- **speed (best)**: the same from each plan's fastest step; other processes only ever add time, "
         "so on a busy machine this is the steadier figure",
         "- **peak mem**: plan peak memory / baseline peak memory (below 1 uses less)",
         "- **loss Δ**: largest relative difference of the per-step loss from the baseline's",
-        "- **noise**: interquartile range / median of step times; a speed ratio within it of 1 is not a result",
+        "- **noise**: interquartile range / median of those per-round ratios; a speed within it of 1 is not a result",
         "",
         "| transform | plan | speed | speed (best) | peak mem | loss Δ | noise | note |",
         "|---|---|---:|---:|---:|---:|---:|---|",

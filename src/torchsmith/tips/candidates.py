@@ -43,7 +43,9 @@ class TipRow:
     label: str
     plan: Plan
     speed: float | None
-    """Baseline step time / this step time: above 1 is faster."""
+    """Baseline step time / this step time, above 1 is faster: the median over rounds of the
+    ratio of the two steps of the same round, which ran seconds apart. Pairing by round cancels
+    load that drifts over the run, which a ratio of two medians would not."""
     speed_best: float | None
     """The same ratio from each plan's fastest step: less sensitive to other processes
     stealing the cores, which only ever add time."""
@@ -57,8 +59,8 @@ class TipRow:
     compile_seconds: float | None
     error: str | None
     noise: float | None = None
-    """Interquartile range / median of the step times, the larger of this plan's and the
-    baseline's: a speed ratio closer to 1 than this is within the machine's noise."""
+    """Interquartile range / median of the per-round ratios: a speed closer to 1 than this is
+    within the machine's noise."""
 
     @property
     def ok(self) -> bool:
@@ -101,20 +103,23 @@ def _row(c: Candidate, m: PlanMeasurement, base: PlanMeasurement) -> TipRow:
     def ratio(a: float | None, b: float | None) -> float | None:
         return a / b if a and b else None
 
+    # Timed steps are listed in round order for every plan: step i of each ran in round i.
+    paired = [b / t for b, t in zip(base.step_times, m.step_times) if t > 0] if m.ok else []
     return TipRow(
         transform=c.transform, label=c.label, plan=c.plan,
-        speed=ratio(base.step_seconds, m.step_seconds) if m.ok else None,
+        speed=statistics.median(paired) if paired else None,
         speed_best=ratio(min(base.step_times, default=None), min(m.step_times, default=None)) if m.ok else None,
         memory=ratio(m.peak_memory_bytes, base.peak_memory_bytes) if m.ok else None,
         loss_rel_diff=m.loss_rel_diff, param_rel_diff=m.param_rel_diff,
         step_seconds=m.step_seconds, peak_memory_bytes=m.peak_memory_bytes,
         compile_seconds=m.compile_seconds, error=m.error,
-        noise=max(_spread(m.step_times), _spread(base.step_times)) if m.ok and m.step_times else None,
+        noise=_spread(paired) if paired else None,
     )
 
 
-def _spread(times: list[float]) -> float:
-    if len(times) < 2:
+def _spread(values: list[float]) -> float:
+    """Interquartile range / median."""
+    if len(values) < 2:
         return 0.0
-    q = statistics.quantiles(times, n=4, method="inclusive")
-    return (q[2] - q[0]) / statistics.median(times)
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return (q[2] - q[0]) / statistics.median(values)
