@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 
 import pytest
 import torch
@@ -102,7 +103,10 @@ def test_jit_script_is_timed_against_eager_and_compile():
     f = r.figures
     assert f["eager_seconds"] > 0 and f["jit.script_seconds"] > 0
     assert f["script_max_abs_diff"] < 1e-5
-    assert "compile_seconds" in f and f["compile_max_abs_diff"] < 1e-4
+    if shutil.which("g++") or shutil.which("c++"):  # Inductor's CPU backend needs a C++ compiler
+        assert "compile_seconds" in f and f["compile_max_abs_diff"] < 1e-4
+    else:
+        assert any(d.startswith("compile failed") for d in r.details)
     assert "deprecated" in (f["script_deprecation_warning"] or "")
     assert any("maintenance mode" in d for d in r.details)
 
