@@ -55,12 +55,15 @@ def render_tune(r: TuneResult, out: Console = console, top: int = 8) -> None:
     for col in ("status", "change tried", "speed", "memory", "loss diff", "note"):
         table.add_column(col, justify="right" if col in ("speed", "memory", "loss diff") else "left")
     style = {"accepted": "green", "rejected": "red", "failed": "yellow"}
-    for c in ranked + [c for c in r.candidates if c.status in ("failed", "n/a")]:
+    for c in ranked + [c for c in r.candidates if c.status == "failed"]:
         table.add_row(f"[{style.get(c.status, 'dim')}]{c.status}[/]", c.change,
                       f"{c.speedup:.2f}x" if c.speedup else "-",
                       f"{c.memory_ratio:.2f}x" if c.memory_ratio else "-",
                       f"{c.loss_rel_diff:.1e}" if c.loss_rel_diff is not None else "-", _first_sentence(c.reason))
     out.print(table)
+    for c in r.candidates:
+        if c.status == "n/a":
+            out.print(f"[dim]does not apply: {c.change}: {_first_sentence(c.reason, 120)}[/]")
     for knob, why in r.skipped:
         out.print(f"[dim]not searched: {knob}: {why}[/]")
 

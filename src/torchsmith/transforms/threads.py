@@ -40,7 +40,8 @@ def apply_threads(cfg: Threads) -> Change:
 def _candidates(device: DeviceInfo) -> list[Threads]:
     if device.type != "cpu":
         return []
-    counts = sorted({1, max(1, device.cores // 2), device.cores})
+    # The count PyTorch already uses is the as-written plan: trying it again only measures noise.
+    counts = sorted({1, max(1, device.cores // 2), device.cores} - {torch.get_num_threads()})
     return [Threads(intra_op=n) for n in counts]
 
 

@@ -96,6 +96,7 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
     skipped: list[tuple[str, str]] = []
     best_speedup: float | None = 1.0
     best_m: PlanMeasurement = calib  # the latest measurement of `best`
+    spent_measuring, plan_steps = 0.0, 0
 
     def report(knob: str, partial: float = 0.0) -> None:
         if on_progress:
@@ -109,18 +110,25 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
                             else "trades speed for memory; pass --memory-limit to search it"))
             done += len(dim.candidates) + 2
             continue
-        estimate = (len(dim.candidates) + 2) * (warmup + steps) * step_s * 1.2
+        # Cost per plan-step as observed so far (model builds and memory tracking included),
+        # never below the calibrated step; the proof's cost is kept in reserve.
+        cost = max(step_s, spent_measuring / max(plan_steps, 1))
+        estimate = (len(dim.candidates) + 2) * (warmup + steps) * cost * 1.2
         if dim.plan_field == "compile":
             estimate += COMPILE_ESTIMATE_SECONDS * len(dim.candidates)
-        if time.perf_counter() - start + estimate > budget_seconds:
+        proof_reserve = 2 * (warmup + max(steps, 6)) * cost * 1.2
+        if time.perf_counter() - start + estimate + proof_reserve > budget_seconds:
             skipped.append((dim.name, f"budget: needs ~{estimate:.0f} s, "
                                       f"{budget_seconds - (time.perf_counter() - start):.0f} s left"))
             done += len(dim.candidates) + 2
             continue
         report(dim.name)
         plans = [Plan()] + ([best] if best != Plan() else []) + [best.replace(**{dim.plan_field: v}) for v in dim.candidates]
+        began = time.perf_counter()
         ms = measure_plans(workload, plans, warmup=warmup, steps=steps, device=dev, clock=clock,
                            on_step=lambda i, n: report(dim.name, len(plans) * i / n))
+        spent_measuring += time.perf_counter() - began
+        plan_steps += len(plans) * (warmup + steps)
         done += len(plans)
         base_m = ms[0]
         if base_m.error:
