@@ -79,6 +79,22 @@ def main() -> None:
                    for name, s in [("ddp", ddp_stats), ("zero1", zero_stats), ("fsdp2", fsdp_stats),
                                    ("ddp_fp16", fp16_stats)]}
 
+    # DCP round trip per strategy: save, load into a fresh step, then one more step on both must agree.
+    from torchsmith.dist.checkpoint import DistCheckpointer
+
+    res["resume"] = {}
+    for name, plan, trained in [("ddp", Plan(parallel=DDP()), ddp), ("zero1", Plan(parallel=Zero1()), zero),
+                                ("fsdp2", Plan(parallel=FSDP2()), fsdp)]:
+        saver = DistCheckpointer(out / f"ckpt_{name}", keep_last_k=1)
+        saver.save(STEPS, trained.parts, {"data_position": {"epoch": 0, "index": STEPS}})
+        fresh = build_step(w, plan, torch.device("cpu"))
+        loaded = saver.load_latest(fresh.parts)
+        same_after_load = max_diff(params(fresh), params(trained))
+        extra = shard_batch(batches[0], rank, world)
+        trained(extra), fresh(extra)  # the optimizer state must have come back too
+        res["resume"][name] = {"step": loaded.state["step"], "after_load": same_after_load,
+                               "after_next_step": max_diff(params(fresh), params(trained))}
+
     # Accumulation: k micro-batches per step, with and without no_sync.
     for k in (1, 4):
         _, s, _ = train(w, Plan(parallel=DDP(), microbatching=MicroBatching(count=k)), batches, rank, world, observe=True)
@@ -123,6 +139,8 @@ def main() -> None:
     res["nan"] = nan_on_rank1()
     out.mkdir(parents=True, exist_ok=True)
     (out / f"rank{rank}.json").write_text(json.dumps(res, indent=1))
+    faulthandler.cancel_dump_traceback_later()
+    dist.barrier()  # nobody tears the group down while the other rank still uses it
     dist.destroy_process_group()
 
 
