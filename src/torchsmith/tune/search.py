@@ -81,13 +81,18 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
     spent = time.perf_counter() - start
     plans_to_measure = 2 + sum(len(d.candidates) + 2 for d in speed_dims) + 2
     steps = int((budget_seconds - spent) * 0.7 / (plans_to_measure * step_s)) - warmup
-    if steps < 3:
-        need = spent + plans_to_measure * (warmup + 3) * step_s / 0.7
+    # The floor: the baseline beside one candidate, and the proof, at 3 timed steps each.
+    need = spent + 4 * (warmup + 3) * step_s * 1.2
+    if budget_seconds < need:
         raise TuneError(
-            f"a budget of {budget_seconds:.0f} s is too small: one step of {workload.name} takes {step_s:.2f} s, "
-            f"so measuring the baseline and {plans_to_measure - 2} candidates needs about {need:.0f} s.\n"
-            f"Tip: pass --budget {max(60, int(need * 1.2) // 60 * 60 + 60)}s or more."
+            f"a budget of {budget_seconds:.0f} s is too small to measure even the baseline: one step of "
+            f"{workload.name} takes {step_s:.2f} s here, so the baseline, one candidate and the final "
+            f"proof need about {need:.0f} s.\n"
+            f"Tip: pass --budget {max(60, int(need * 3) // 60 * 60 + 60)}s or more (a full search of "
+            f"{plans_to_measure - 2} candidates needs about {spent + plans_to_measure * (warmup + 3) * step_s / 0.7:.0f} s)."
         )
+    # A budget too small for every knob measures fewer steps; knobs that still do not fit are skipped.
+    steps = max(steps, 3)
     steps = min(steps, 12)
 
     done = 0
