@@ -35,7 +35,6 @@ def main() -> None:
     result = run(load_workload(a.spec), plan, steps=a.steps, checkpoint_dir=a.checkpoint_dir,
                  checkpoint_every=a.checkpoint_every, resume=a.checkpoint_dir is not None, device="cpu",
                  async_checkpoint=a.async_checkpoint)
-    guard = None
     import torch.distributed as dist
     rank = dist.get_rank() if dist.is_initialized() else 0
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))

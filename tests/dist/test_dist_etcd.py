@@ -17,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from dist_helpers import HERE, REPO
+from dist_helpers import HERE
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 

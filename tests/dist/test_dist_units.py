@@ -12,7 +12,6 @@ from typer.testing import CliRunner
 from torchsmith.dist.checkpoint import MARKER, DistCheckpointer, list_steps, load_model_tensors
 from torchsmith.dist.desync import checksum
 from torchsmith.dist.launch import LaunchConfig, build_command
-from torchsmith.dist.strategy import apply_parallel
 from torchsmith.engine.loop import build_step
 from torchsmith.plan import DDP, FSDP2, Plan, PlanError, Zero1
 from torchsmith.transforms.base import TransformError
