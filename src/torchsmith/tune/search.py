@@ -123,8 +123,8 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
             estimate += COMPILE_ESTIMATE_SECONDS * len(dim.candidates)
         proof_reserve = 2 * (warmup + max(steps, 6)) * cost * 1.2
         if time.perf_counter() - start + estimate + proof_reserve > budget_seconds:
-            skipped.append((dim.name, f"budget: needs ~{estimate:.0f} s, "
-                                      f"{budget_seconds - (time.perf_counter() - start):.0f} s left"))
+            skipped.append((dim.name, f"budget: needs ~{estimate:.0f} s + ~{proof_reserve:.0f} s for the final "
+                                      f"proof, {budget_seconds - (time.perf_counter() - start):.0f} s left"))
             done += len(dim.candidates) + 2
             continue
         report(dim.name)
@@ -199,10 +199,10 @@ def _choose(dim: Dimension, measured: list[PlanMeasurement], current: PlanMeasur
             winner = c
             out.append(c)
         else:
-            ratio = current.step_seconds / m.step_seconds
+            rival = f"{winner.change}'s" if winner else "the current best's"
             out.append(Candidate.from_measurement(
                 m, base, dim.name, "slower",
-                f"{ratio:.2f}x the current best's speed (needs > {1 + NOISE_MARGIN:.2f}x to win)", change))
+                f"{target / m.step_seconds:.2f}x {rival} speed (needs > {1 / (1 - NOISE_MARGIN):.2f}x to win)", change))
     return winner
 
 
