@@ -20,7 +20,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from torchsmith.dist.commcount import CommStats, count_collectives, observe_ddp
 from torchsmith.dist.desync import check_desync
-from torchsmith.dist.runtime import shard_batch
+from torchsmith.dist.runtime import shard_batch, shutdown
 from torchsmith.dist.zero1 import optimizer_state_bytes
 from torchsmith.engine.loop import build_step
 from torchsmith.plan import DDP, FSDP2, MicroBatching, Plan, Zero1
@@ -140,8 +140,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / f"rank{rank}.json").write_text(json.dumps(res, indent=1))
     faulthandler.cancel_dump_traceback_later()
-    dist.barrier()  # nobody tears the group down while the other rank still uses it
-    dist.destroy_process_group()
+    shutdown()  # barrier, then destroy: nobody tears the group down while the other still uses it
 
 
 if __name__ == "__main__":

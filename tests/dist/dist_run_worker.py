@@ -46,6 +46,9 @@ def main() -> None:
     }
     Path(a.out).mkdir(parents=True, exist_ok=True)
     (Path(a.out) / f"rank{rank}_attempt{attempt}.json").write_text(json.dumps(out))
+    from torchsmith.dist.runtime import shutdown
+
+    shutdown()
 
 
 if __name__ == "__main__":

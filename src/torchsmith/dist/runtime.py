@@ -111,3 +111,13 @@ def mean_over_ranks(t: torch.Tensor) -> torch.Tensor:
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
         t /= dist.get_world_size()
     return t
+
+
+def shutdown() -> None:
+    """End the process group cleanly: a barrier (no rank tears down while another still
+    communicates), then ``destroy_process_group``. Leaving the group alive at interpreter exit
+    can abort the process in gloo's thread teardown ("terminate called without an active
+    exception"), which torchrun counts as a failed worker."""
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
