@@ -5,9 +5,10 @@
 set -uo pipefail
 want=()
 command -v chromium >/dev/null 2>&1 || want+=(chromium)
+command -v etcd >/dev/null 2>&1 || want+=(etcd-server)
 [ ${#want[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-  echo "install: apt-get install ${want[*]} (for browser tests)"
+  echo "install: apt-get install ${want[*]} (for the browser and etcd rendezvous tests)"
   export DEBIAN_FRONTEND=noninteractive
   (apt-get install -y -q "${want[@]}" >/tmp/torchsmith-apt.log 2>&1 ||
    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q "${want[@]}" >/tmp/torchsmith-apt.log 2>&1; }) ||

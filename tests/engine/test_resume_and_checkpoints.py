@@ -71,3 +71,10 @@ def test_save_is_atomic_and_leaves_no_temp_files(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["step_00000001.pt"]
     (tmp_path / ".step_00000002.pt.abc.tmp").write_bytes(b"partial")  # a crash mid-write
     assert list_checkpoints(tmp_path) == [tmp_path / "step_00000001.pt"]
+
+
+def test_only_the_newest_k_checkpoints_are_kept(tmp_path):
+    run(dropout_workload(), steps=6, checkpoint_dir=tmp_path, checkpoint_every=1, keep_last_k=2)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step_00000005.pt", "step_00000006.pt"]
+    run(dropout_workload(), steps=3, checkpoint_dir=tmp_path / "all", checkpoint_every=1, keep_last_k=None)
+    assert len(list_checkpoints(tmp_path / "all")) == 3

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -22,6 +23,8 @@ def run_command(
     checkpoint_every: Optional[int] = typer.Option(None, "--checkpoint-every", min=1, help="Checkpoint every K steps (always at the end)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the newest good checkpoint in --checkpoint-dir."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1 or auto."),
+    keep_last_k: int = typer.Option(3, "--keep-last-k", min=1, help="Keep only the newest K checkpoints."),
+    async_checkpoint: bool = typer.Option(False, "--async-checkpoint", help="Under torchrun: write DCP checkpoints in the background."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of a table."),
 ) -> None:
     """Train WORKLOAD with a plan: progress bar, exact checkpoint and resume, and a summary table."""
@@ -33,14 +36,19 @@ def run_command(
     from torchsmith.report.run import render_run, run_to_dict
     from torchsmith.workload import load_workload
 
+    # Under torchrun every rank runs this command; only rank 0 shows progress and results.
+    rank_zero = int(os.environ.get("RANK", "0")) == 0
     with user_errors():
         w = load_workload(workload)
         p = Plan.load(plan) if plan else Plan()
         eval_every = eval_every or max(1, steps)  # at least a final validation loss
-        with run_progress(f"{w.name}", w.throughput_unit[0] + "/s", quiet=as_json) as callbacks:
+        with run_progress(f"{w.name}", w.throughput_unit[0] + "/s", quiet=as_json or not rank_zero) as callbacks:
             result = run(w, p, steps=steps, eval_every=eval_every, checkpoint_dir=checkpoint_dir,
-                         checkpoint_every=checkpoint_every, resume=resume, device=device, callbacks=callbacks)
+                         checkpoint_every=checkpoint_every, resume=resume, device=device, callbacks=callbacks,
+                         keep_last_k=keep_last_k, async_checkpoint=async_checkpoint)
         result.metrics.update(measure_run_metrics(w, result))
+    if not rank_zero:
+        return
     if as_json:
         typer.echo(json.dumps(run_to_dict(result), indent=2))
     else:

@@ -65,6 +65,16 @@ def save_checkpoint(directory: str | os.PathLike, step: int, state: dict[str, An
     return final
 
 
+def prune_checkpoints(directory: str | os.PathLike, keep_last_k: int | None) -> list[Path]:
+    """Delete all but the newest ``keep_last_k`` complete checkpoints; return what was deleted."""
+    if keep_last_k is None:
+        return []
+    old = list_checkpoints(directory)[:-keep_last_k]
+    for path in old:
+        path.unlink(missing_ok=True)
+    return old
+
+
 def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     """Load one checkpoint with ``weights_only=True``; raise :class:`CheckpointError` naming the file."""
     path = Path(path)

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from torchsmith.engine.checkpoint import (
-    load_latest_checkpoint, rng_state, save_checkpoint, set_rng_state,
+    load_latest_checkpoint, prune_checkpoints, rng_state, save_checkpoint, set_rng_state,
 )
 from torchsmith.dist.session import DistSession
 from torchsmith.engine.evaluate import evaluate
@@ -112,9 +112,9 @@ def run(workload: Workload, plan: Plan | None = None, *, steps: int = 100, eval_
     ``steps=20`` runs steps 11..20 and ends exactly where an uninterrupted 20-step run
     ends (bit for bit on CPU).
 
-    Under torchrun (``torchsmith launch``) each rank trains on its slice of every batch, and
-    checkpoints are DCP step directories keeping the newest ``keep_last_k``, optionally
-    written in the background (``async_checkpoint``).
+    Only the newest ``keep_last_k`` checkpoints are kept (None keeps all). Under torchrun
+    (``torchsmith launch``) each rank trains on its slice of every batch, and checkpoints are
+    DCP step directories, optionally written in the background (``async_checkpoint``).
 
     Example::
 
@@ -184,6 +184,7 @@ def run(workload: Workload, plan: Plan | None = None, *, steps: int = 100, eval_
             else:
                 state = _state(step_fn, plan, (epoch, index + 1), epoch_rng)
                 checkpoints.append(save_checkpoint(checkpoint_dir, step, state))
+                prune_checkpoints(checkpoint_dir, keep_last_k)
             if cb.on_checkpoint:
                 cb.on_checkpoint(checkpoints[-1])
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -27,7 +28,8 @@ def measure_run_metrics(workload: Workload, result: RunResult) -> dict[str, Any]
         metrics["mfu"]
     """
     device = resolve_device(result.device)
-    flops = _flops_per_step(workload, device)
+    # Under torchrun each rank computes 1/world of the batch: count one rank's share.
+    flops = _flops_per_step(workload, device) // int(os.environ.get("WORLD_SIZE", "1"))
     dtype = torch.bfloat16 if isinstance(result.plan.precision, Autocast) and result.plan.precision.dtype == "bfloat16" \
         else torch.float16 if isinstance(result.plan.precision, Autocast) else torch.float32
     peak = machine_peak_flops(device.type, dtype)
