@@ -74,26 +74,8 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
     speed_dims = [d for d in dims if not d.saves_memory]
     total = 2 + sum(len(d.candidates) + 2 for d in dims) + 2
 
-    # Calibrate: how long is one step? This also fixes how many steps each measurement gets.
-    calib = measure_plans(workload, [Plan()], warmup=1, steps=2, device=dev, clock=clock,
-                          measure_memory=memory_limit is not None)[0]
-    step_s = calib.step_seconds or 1e-3
-    spent = time.perf_counter() - start
-    plans_to_measure = 2 + sum(len(d.candidates) + 2 for d in speed_dims) + 2
-    steps = int((budget_seconds - spent) * 0.7 / (plans_to_measure * step_s)) - warmup
-    # The floor: the baseline beside one candidate, and the proof, at 3 timed steps each.
-    need = spent + 4 * (warmup + 3) * step_s * 1.2
-    if budget_seconds < need:
-        raise TuneError(
-            f"a budget of {budget_seconds:.0f} s is too small to measure even the baseline: one step of "
-            f"{workload.name} takes {step_s:.2f} s here, so the baseline, one candidate and the final "
-            f"proof need about {need:.0f} s.\n"
-            f"Tip: pass --budget {max(60, int(need * 3) // 60 * 60 + 60)}s or more (a full search of "
-            f"{plans_to_measure - 2} candidates needs about {spent + plans_to_measure * (warmup + 3) * step_s / 0.7:.0f} s)."
-        )
-    # A budget too small for every knob measures fewer steps; knobs that still do not fit are skipped.
-    steps = max(steps, 3)
-    steps = min(steps, 12)
+    calib, step_s, steps = _calibrate(workload, dev, speed_dims, budget_seconds, start, warmup, clock,
+                                      measure_memory=memory_limit is not None)
 
     done = 0
     best = Plan()
@@ -151,18 +133,8 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
     # Proof: the winner against the baseline, side by side, with more steps than the search used.
     done = total - 2
     report("proof")
-    proof = measure_plans(workload, [Plan(), best] if best != Plan() else [Plan()], warmup=warmup,
-                          steps=max(steps, 6), device=dev, clock=clock)
+    proof, best, base_c, best_c, notes = _prove(workload, best, dev, warmup, max(steps, 6), clock, memory_limit)
     done = total
-    base_c = Candidate.from_measurement(proof[0], proof[0], "baseline", "baseline")
-    best_c = Candidate.from_measurement(proof[-1], proof[0], "best", "accepted")
-    notes = []
-    # Fall back to the baseline only where it is an option: it must fit the memory limit.
-    if best != Plan() and _fits(proof[0], memory_limit) and (
-            proof[-1].error or not best_c.speedup or best_c.speedup < 1.0):
-        notes.append(f"re-measured beside the baseline, {best.describe()} ran at "
-                     f"{best_c.speedup or 0:.2f}x; kept the as-written plan instead (never a regression).")
-        best, best_c = Plan(), base_c
     report("done")
     return TuneResult(
         workload=workload.name, plan=best, baseline=base_c, best=best_c, candidates=candidates,
@@ -171,6 +143,49 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
         memory_limit_bytes=memory_limit, guard=guard, fingerprint=machine_fingerprint(), device=str(dev),
         baseline_losses=proof[0].losses, best_losses=proof[-1].losses, skipped=skipped, notes=notes,
     )
+
+
+def _calibrate(workload: Workload, dev, speed_dims: list[Dimension], budget_seconds: float, start: float,
+               warmup: int, clock: StepTimer, measure_memory: bool) -> tuple[PlanMeasurement, float, int]:
+    """Time a few baseline steps; from that, the steps each measurement gets within the budget.
+
+    Refuses a budget too small for the floor: the baseline beside one candidate, then the proof.
+    A budget too small for every knob measures fewer steps; knobs that still do not fit are skipped.
+    """
+    calib = measure_plans(workload, [Plan()], warmup=1, steps=2, device=dev, clock=clock,
+                          measure_memory=measure_memory)[0]
+    step_s = calib.step_seconds or 1e-3
+    spent = time.perf_counter() - start
+    plans_to_measure = 2 + sum(len(d.candidates) + 2 for d in speed_dims) + 2
+    need = spent + 4 * (warmup + 3) * step_s * 1.2
+    if budget_seconds < need:
+        full = spent + plans_to_measure * (warmup + 3) * step_s / 0.7
+        raise TuneError(
+            f"a budget of {budget_seconds:.0f} s is too small to measure even the baseline: one step of "
+            f"{workload.name} takes {step_s:.2f} s here, so the baseline, one candidate and the final "
+            f"proof need about {need:.0f} s.\n"
+            f"Tip: pass --budget {max(60, int(need * 3) // 60 * 60 + 60)}s or more (a full search of "
+            f"{plans_to_measure - 2} candidates needs about {full:.0f} s)."
+        )
+    steps = int((budget_seconds - spent) * 0.7 / (plans_to_measure * step_s)) - warmup
+    return calib, step_s, min(max(steps, 3), 12)
+
+
+def _prove(workload: Workload, best: Plan, dev, warmup: int, steps: int, clock: StepTimer,
+           memory_limit: int | None):
+    """Re-measure ``best`` beside the baseline; fall back to the baseline if it is not faster there
+    (unless the baseline breaks the memory limit: then it is no option)."""
+    proof = measure_plans(workload, [Plan(), best] if best != Plan() else [Plan()], warmup=warmup,
+                          steps=steps, device=dev, clock=clock)
+    base_c = Candidate.from_measurement(proof[0], proof[0], "baseline", "baseline")
+    best_c = Candidate.from_measurement(proof[-1], proof[0], "best", "accepted")
+    notes = []
+    if best != Plan() and _fits(proof[0], memory_limit) and (
+            proof[-1].error or not best_c.speedup or best_c.speedup < 1.0):
+        notes.append(f"re-measured beside the baseline, {best.describe()} ran at "
+                     f"{best_c.speedup or 0:.2f}x; kept the as-written plan instead (never a regression).")
+        best, best_c = Plan(), base_c
+    return proof, best, base_c, best_c, notes
 
 
 def _choose(dim: Dimension, measured: list[PlanMeasurement], current: PlanMeasurement, base: PlanMeasurement,
