@@ -76,7 +76,7 @@ def render_tips(report: TipsReport, console: Console) -> None:
     console.print(table)
     console.print(f"speed = baseline step time / plan step time (>1 is faster), median and best step; peak mem = plan peak / baseline peak; "
                   f"loss Δ = largest relative loss difference over the same {report.warmup + report.steps} batches "
-                  f"and seed. Median of {report.steps} interleaved steps after {report.warmup} warm-up.", style="dim")
+                  f"and seed. Each candidate alternates steps with its own baseline: {report.steps} timed steps after {report.warmup} warm-up.", style="dim")
     for line in _machine_lines(report):
         console.print(line, style="dim")
     for f in report.folklore:
@@ -104,11 +104,12 @@ def tips_to_markdown(report: TipsReport, command: str) -> str:
         f"## Each transform alone against eager fp32 ({report.workload}, {report.device})",
         "",
         f"Baseline: {fmt_seconds(b.step_seconds)} per step, peak memory {fmt_bytes(b.peak_memory_bytes)}. "
-        f"All plans ran interleaved in one process, from the same seed over the same {report.warmup + report.steps} "
-        f"batches; times are medians of {report.steps} steps after {report.warmup} warm-up.",
+        f"Each candidate ran in this one process alternating step by step with its own baseline built from the "
+        f"same seed, over the same {report.warmup + report.steps} batches: {report.warmup} warm-up steps, then "
+        f"{report.steps} timed. The baseline figures pool every pair's baseline.",
         "",
         "- **speed**: baseline step time / plan step time (above 1 is faster), the median over rounds of "
-        "the ratio of the two steps that ran in the same round, seconds apart",
+        "the ratio of a candidate step to the baseline step run just before it",
         "- **speed (best)**: the same from each plan's fastest step; other processes only ever add time, "
         "so on a busy machine this is the steadier figure",
         "- **peak mem**: plan peak memory / baseline peak memory (below 1 uses less)",

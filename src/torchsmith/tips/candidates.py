@@ -3,7 +3,8 @@
 The candidates come from the transforms' own registry (``tune.space``), so a new
 transform shows up here without a change to this file. Every candidate plan differs
 from ``Plan()`` in exactly one knob, and all of them run interleaved in one process from
-the same seed over the same batches (:func:`torchsmith.measure.compare.measure_plans`).
+the same seed over the same batches (:func:`torchsmith.measure.compare.measure_plans`),
+each paired with its own baseline, step by step.
 
 Example::
 
@@ -13,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -87,16 +89,39 @@ def candidates(device: torch.device, only: list[str] | None = None) -> list[Cand
 def measure_candidates(workload: Workload, *, steps: int = 6, warmup: int = 2, device: Any = None,
                        only: list[str] | None = None, on_step: Callable[[int, int], None] | None = None,
                        ) -> tuple[PlanMeasurement, list[TipRow]]:
-    """Measure the baseline and every candidate interleaved; return the baseline and one row each."""
+    """Measure every candidate against the baseline; return the baseline and one row per candidate.
+
+    Each candidate runs in its own pair with a fresh baseline built from the same seed,
+    alternating steps (B C B C ...), so every candidate step has a baseline step beside it,
+    seconds apart. On a shared machine load comes in bursts of seconds; a round over all
+    candidates at once would spread one burst unevenly over them.
+    """
     from torchsmith.engine.loop import resolve_device
 
     device = resolve_device(device)
     cands = candidates(device, only)
-    plans = [Plan()] + [c.plan for c in cands]
-    measured = measure_plans(workload, plans, warmup=warmup, steps=steps, device=device, on_step=on_step)
-    base = measured[0]
-    rows = [_row(c, m, base) for c, m in zip(cands, measured[1:])]
-    return base, rows
+    per_pair, total = 2 * (warmup + steps), 2 * (warmup + steps) * len(cands)
+    rows, baselines = [], []
+    for i, c in enumerate(cands):
+        progress = (lambda done, _, i=i: on_step(i * per_pair + done, total)) if on_step else None
+        base, m = measure_plans(workload, [Plan(), c.plan], warmup=warmup, steps=steps, device=device,
+                                on_step=progress)
+        rows.append(_row(c, m, base))
+        baselines.append(base)
+    if not cands:
+        baselines = measure_plans(workload, [Plan()], warmup=warmup, steps=steps, device=device, on_step=on_step)
+    return _pool(baselines), rows
+
+
+def _pool(baselines: list[PlanMeasurement]) -> PlanMeasurement:
+    """One baseline figure from the baseline of every pair (same seed and batches, so same losses)."""
+    ok = [b for b in baselines if b.ok]
+    if not ok:
+        return baselines[0]
+    times = [t for b in ok for t in b.step_times]
+    peaks = [b.peak_memory_bytes for b in ok if b.peak_memory_bytes is not None]
+    return dataclasses.replace(ok[0], step_seconds=statistics.median(times), step_times=times,
+                               peak_memory_bytes=max(peaks) if peaks else None)
 
 
 def _row(c: Candidate, m: PlanMeasurement, base: PlanMeasurement) -> TipRow:
