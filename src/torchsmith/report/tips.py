@@ -76,7 +76,8 @@ def render_tips(report: TipsReport, console: Console) -> None:
     console.print(table)
     console.print(f"speed = baseline step time / plan step time (>1 is faster), median and best step; peak mem = plan peak / baseline peak; "
                   f"loss Δ = largest relative loss difference over the same {report.warmup + report.steps} batches "
-                  f"and seed. Each candidate alternates steps with its own baseline: {report.steps} timed steps after {report.warmup} warm-up.", style="dim")
+                  f"and seed. Each candidate alternates steps with its own baseline: {report.steps} timed steps "
+                  f"after {report.warmup} warm-up.", style="dim")
     for line in _machine_lines(report):
         console.print(line, style="dim")
     for f in report.folklore:
