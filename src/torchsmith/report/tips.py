@@ -17,6 +17,12 @@ def _x(v: float | None) -> str:
     return f"{v:.2f}x" if v is not None else "-"
 
 
+def _pct(noise: float | None) -> str:
+    if noise is None:
+        return "-"
+    return f"±{noise:.1%}" if noise < 0.1 else f"±{noise:.0%}"
+
+
 def _note(r: TipRow) -> str:
     if r.error:
         return r.error
@@ -24,7 +30,7 @@ def _note(r: TipRow) -> str:
     if r.compile_seconds is not None:
         notes.append(f"compile {fmt_seconds(r.compile_seconds)}")
     if r.speed is not None and r.noise is not None and abs(r.speed - 1) < r.noise:
-        notes.append(f"within noise (±{r.noise:.0%})")
+        notes.append(f"within noise ({_pct(r.noise)})")
     return "; ".join(notes)
 
 
@@ -111,8 +117,8 @@ def tips_to_markdown(report: TipsReport, command: str) -> str:
         "",
         "- **speed**: baseline step time / plan step time (above 1 is faster), the median over rounds of "
         "the ratio of a candidate step to the baseline step run just before it",
-        "- **speed (best)**: the same from each plan's fastest step; other processes only ever add time, "
-        "so on a busy machine this is the steadier figure",
+        "- **speed (best)**: baseline's fastest step / plan's fastest step: a second view; where it disagrees "
+        "with speed, a burst of load hit that row",
         "- **peak mem**: plan peak memory / baseline peak memory (below 1 uses less)",
         "- **loss Δ**: largest relative difference of the per-step loss from the baseline's",
         "- **noise**: interquartile range / median of those per-round ratios; a speed within it of 1 is not a result",
@@ -124,7 +130,7 @@ def tips_to_markdown(report: TipsReport, command: str) -> str:
         note = _note(r).replace("|", "\\|")
         out.append(f"| {r.transform} | `{r.label}` | {_x(r.speed)} | {_x(r.speed_best)} | {_x(r.memory)} | "
                    f"{f'{r.loss_rel_diff:.1e}' if r.loss_rel_diff is not None else '-'} | "
-                   f"{f'±{r.noise:.0%}' if r.noise is not None else '-'} | {note} |")
+                   f"{_pct(r.noise)} | {note} |")
     out += ["", "## Folklore", ""]
     for f in report.folklore:
         out += [f"### {f.claim}", "", f"**Measured:** {f.verdict}", ""]

@@ -49,8 +49,8 @@ class TipRow:
     ratio of the two steps of the same round, which ran seconds apart. Pairing by round cancels
     load that drifts over the run, which a ratio of two medians would not."""
     speed_best: float | None
-    """The same ratio from each plan's fastest step: less sensitive to other processes
-    stealing the cores, which only ever add time."""
+    """Baseline's fastest step / this plan's fastest step: a second view of ``speed``; where the
+    two disagree, a burst of load from other processes hit this pair."""
     memory: float | None
     """This peak memory / the baseline's: below 1 uses less."""
     loss_rel_diff: float | None
