@@ -111,3 +111,19 @@ def test_public_api_tune_is_callable_even_after_submodule_imports():
 
     result = torchsmith.tune("mlp", budget="10m", knobs=["precision"], clock=stub_clock(lambda p: 1.0))
     assert isinstance(result, torchsmith.tune.TuneResult) and result.plan == Plan()
+
+
+def test_second_look_drops_a_knob_that_stopped_paying():
+    from torchsmith.plan import OptimizerImpl
+
+    def seconds(plan):
+        foreach = plan.optimizer.impl == "foreach"
+        if is_bf16(plan):
+            return 0.45 if foreach else (0.5 if plan.optimizer.impl == "as_written" else 0.6)
+        return 0.3 if foreach else (1.0 if plan.optimizer.impl == "as_written" else 1.1)
+
+    # Greedy: bf16 first (0.5 < 1.0), then foreach on top (0.45). Without bf16, foreach runs at 0.3.
+    result = tune("mlp", budget="30m", knobs=["precision", "optimizer"], clock=stub_clock(seconds))
+    assert result.plan == Plan(optimizer=OptimizerImpl(impl="foreach"))
+    assert any(c.change == "second look: without precision" for c in result.candidates)
+    assert result.speedup == pytest.approx(1.0 / 0.3)

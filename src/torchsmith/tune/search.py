@@ -130,6 +130,16 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
             best_m = next(m for m in ms if m.plan == best)
         report(dim.name)
 
+    # Second look: a knob kept early may no longer pay on top of the later ones (or the machine's
+    # load has changed since). Measure the best plan beside itself minus each kept knob, once.
+    cost = max(step_s, spent_measuring / max(plan_steps, 1))
+    kept = [d for d in dims if getattr(best, d.plan_field) != getattr(Plan(), d.plan_field)]
+    if len(kept) > 1 and time.perf_counter() - start + (len(kept) + 3) * (warmup + steps) * cost * 1.2 \
+            + 2 * (warmup + max(steps, 6)) * cost * 1.2 <= budget_seconds:
+        report("second look")
+        best, best_speedup = _second_look(workload, best, kept, dev, warmup, steps, clock, guard, memory_limit,
+                                          candidates, best_speedup)
+
     # Proof: the winner against the baseline, side by side, with more steps than the search used.
     done = total - 2
     report("proof")
@@ -186,6 +196,26 @@ def _prove(workload: Workload, best: Plan, dev, warmup: int, steps: int, clock: 
                      f"{best_c.speedup or 0:.2f}x; kept the as-written plan instead (never a regression).")
         best, best_c = Plan(), base_c
     return proof, best, base_c, best_c, notes
+
+
+def _second_look(workload: Workload, best: Plan, kept: list[Dimension], dev, warmup: int, steps: int,
+                 clock: StepTimer, guard: GuardConfig, memory_limit: int | None, out: list[Candidate],
+                 best_speedup: float | None) -> tuple[Plan, float | None]:
+    """Drop a kept knob if the best plan without it is faster by more than the noise margin."""
+    without = [best.replace(**{d.plan_field: getattr(Plan(), d.plan_field)}) for d in kept]
+    ms = measure_plans(workload, [Plan(), best, *without], warmup=warmup, steps=steps, device=dev, clock=clock)
+    base_m, best_m = ms[0], ms[1]
+    fastest = best_m
+    for d, m in zip(kept, ms[2:]):
+        if m.ok and guard_rejection(m, guard) is None and _fits(m, memory_limit) \
+                and m.step_seconds < fastest.step_seconds * (1 - NOISE_MARGIN):
+            fastest = m
+    if fastest is best_m:
+        return best, best_speedup
+    dropped = next(d for d, m in zip(kept, ms[2:]) if m is fastest)
+    out.append(Candidate.from_measurement(fastest, base_m, dropped.name, "accepted",
+                                          change=f"second look: without {dropped.name}"))
+    return fastest.plan, base_m.step_seconds / fastest.step_seconds
 
 
 def _choose(dim: Dimension, measured: list[PlanMeasurement], current: PlanMeasurement, base: PlanMeasurement,
