@@ -8,8 +8,9 @@ Saved-for-backward bytes are what the autograd graph holds once forward returns,
 allocator (``measure.memory``): saved-tensor hooks do not nest, so a hook-based count would not
 see inside checkpoint's or compression's own hooks. For the baseline the hook count
 (``measure.saved``) is printed next to it as a cross-check. Step times come from
-``measure_plans``: every plan interleaved in one process, same seed, same batches. On a shared
-machine only the ratios mean anything.
+``measure_plans``: every plan interleaved in one process, same seed, same batches; "time x" is
+the median over rounds of each step's time over the baseline step of the same round. On a
+shared machine only the ratios mean anything.
 
     PYTHONPATH=src .venv/bin/python benchmarks/activation_memory.py [--steps 6]
 """
@@ -17,6 +18,7 @@ machine only the ratios mean anything.
 from __future__ import annotations
 
 import argparse
+import statistics
 from contextlib import ExitStack
 from itertools import islice
 
@@ -60,6 +62,11 @@ PLANS = {
 }
 
 
+def _paired(m, base) -> float:
+    """Median over rounds of (plan step / baseline step of the same round): cancels load that drifts."""
+    return statistics.median(t / b for t, b in zip(m.step_times, base.step_times))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=6, help="timed steps per plan (median)")
@@ -83,9 +90,9 @@ def main() -> None:
             print(f"{name:26s} error: {m.error}")
             continue
         print(f"{name:26s} {retained / 2**20:10.1f} {retained / base_saved:8.3f} {m.step_seconds:8.3f} "
-              f"{m.step_seconds / base_time:7.2f} {m.peak_memory_bytes / base_peak:7.2f} {m.loss_rel_diff:14.1e}")
+              f"{_paired(m, ms[0]):7.2f} {m.peak_memory_bytes / base_peak:7.2f} {m.loss_rel_diff:14.1e}")
     ck_saved = saved["checkpoint every block"][0] / base_saved
-    ck_time = ms[1].step_seconds / base_time if ms[1].ok else float("nan")
+    ck_time = _paired(ms[1], ms[0]) if ms[1].ok else float("nan")
     bf_saved = saved["compress saved to bf16"][0] / base_saved
     print("targets:")
     print(f"  checkpoint every block: saved bytes cut by {1 - ck_saved:.0%} (target >= 80%): "
