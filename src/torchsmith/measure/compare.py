@@ -106,7 +106,9 @@ def measure_plans(workload: Workload, plans: Sequence[Plan], *, warmup: int = 2,
     total_steps = warmup + steps
     states = [_State.build(workload, plan, device) for plan in plans]
     interleave = not any(_has_workers(plan) for plan in plans)
-    rounds = [states] * total_steps if interleave else [[s] * total_steps for s in states]
+    # Interleaved rounds rotate which plan goes first, so no plan always follows the same neighbour.
+    rounds = ([states[i % len(states):] + states[:i % len(states)] for i in range(total_steps)] if interleave
+              else [[s] * total_steps for s in states])
     done, total = 0, total_steps * len(plans)
     try:
         for group in rounds:

@@ -40,6 +40,8 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
+from torchsmith.measure.quiet import native_stderr_silenced
+
 __all__ = [
     "MemoryStats",
     "MemorySplit",
@@ -318,7 +320,8 @@ class PeakMemoryTracker:
             use_cpu=True, use_kineto=True, profile_memory=True, record_shapes=False
         )
         try:
-            self._profiler.__enter__()
+            with native_stderr_silenced():
+                self._profiler.__enter__()
         except BaseException:
             self._detach_finalizers()
             raise
@@ -333,7 +336,8 @@ class PeakMemoryTracker:
     def _exit_cpu(self) -> None:
         assert self._profiler is not None
         try:
-            self._profiler.__exit__(None, None, None)
+            with native_stderr_silenced():
+                self._profiler.__exit__(None, None, None)
         finally:
             self._detach_finalizers()
         events = _cpu_memory_timeline(self._profiler.kineto_results.experimental_event_tree())

@@ -32,6 +32,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from torchsmith.measure.memory import memory_split
+from torchsmith.measure.quiet import native_stderr_silenced
 
 MAX_ACTIVE_STEPS = 20
 """Cap on recorded steps: a trace grows linearly with them, and a few steps suffice."""
@@ -201,7 +202,8 @@ class StepCapture:
     def finish(self) -> None:
         """Stop profiling (a partial window is kept), remove every hook, write facts.json."""
         if self._prof is not None:
-            self._prof.stop()  # in RECORD state this exports what was recorded
+            with native_stderr_silenced():
+                self._prof.stop()  # in RECORD state this exports what was recorded
             self._prof = None
         self.uninstall()
         self.facts.threads = {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads(),
@@ -241,7 +243,8 @@ class StepCapture:
             # timed as part of it. Params and optimizer state no longer change size after the
             # first step, and gradients are allocated at this point of every step.
             self._note_memory(optimizer)
-        self._prof.step()  # ends this step's ProfilerStep#N span and opens the next
+        with native_stderr_silenced():  # a schedule transition starts/stops Kineto, which chatters
+            self._prof.step()  # ends this step's ProfilerStep#N span and opens the next
         if f.steps_seen == self.cfg.steps_needed:
             self._done()
 
@@ -289,7 +292,8 @@ class StepCapture:
         )
         # The schedule counts from the step that starts now (the script's second): `wait`
         # steps unprofiled (the zero-filled gradient check runs there), then warmup, then active.
-        self._prof.start()
+        with native_stderr_silenced():
+            self._prof.start()
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
 
@@ -328,7 +332,8 @@ class StepCapture:
         if torch.cuda.is_available():
             self.facts.cuda_peak_bytes = torch.cuda.max_memory_allocated()
         if self._prof is not None:
-            self._prof.stop()
+            with native_stderr_silenced():
+                self._prof.stop()
             self._prof = None
         self.finish()  # hooks go: the rest of the run is unprofiled and full speed
         if self._on_done is not None:
