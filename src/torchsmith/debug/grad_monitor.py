@@ -20,7 +20,7 @@ Example::
     for batch in loader:
         loss_fn(model, batch).backward(); optimizer.step(); optimizer.zero_grad()
     report = monitor.report()
-    print([f.layer for f in report.flags])
+    [f.layer for f in report.flags]
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Example::
 
     report = check_gradients(MyFunction, shapes=[(3, 4), (4,)])
     for g in report.inputs:
-        print(g.name, g.ok, g.max_abs_error)
+        g.name, g.ok, g.max_abs_error
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ failed. Shapes come from ``ShapeProp`` run on example inputs; FLOPs per node fro
 Example::
 
     report = inspect_graph(model, (x,))
-    print(report.tracer, report.total_flops, report.graph_breaks)
+    report.tracer, report.total_flops, report.graph_breaks
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ def inspect_graph(model: nn.Module, args: tuple, kwargs: dict | None = None, *, 
 
         report = inspect_graph(model, (torch.randn(2, 16),))
         for node in report.nodes:
-            print(node.name, node.shapes, node.flops)
+            node.name, node.shapes, node.flops
     """
     was_training = model.training
     gm, tracer, fx_error, export_error = trace(model, args, kwargs)

@@ -21,7 +21,7 @@ Example::
     for batch in loader:
         finding = sentinel.watch(lambda: loss_fn(model, batch).backward())
         if finding:
-            print(finding.describe())      # module, op, pass, shapes
+            finding.describe()      # module, op, pass, shapes
             break
         optimizer.step(); optimizer.zero_grad()
 """

@@ -11,7 +11,7 @@ Layout of ``ROOT/step_00000040/``::
   reports it, and picks the newest committed step.
 * ``keep_last_k``: after a commit, rank 0 (alone) deletes older step directories.
 * Nothing is unpickled: DCP holds tensors only (DCP loads non-tensor values with
-  ``weights_only=False``, so none are given to it), and the rest is JSON.
+  unpickling enabled, so none are given to it), and the rest is JSON.
 * Async save: DCP writes in a background thread on a separate gloo group; the commit happens
   at the next save or at :func:`finish`, on every rank at the same point.
 

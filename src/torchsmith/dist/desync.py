@@ -12,7 +12,7 @@ Example::
 
     report = check_desync(model)          # every rank calls it
     for m in report.mismatches:
-        print(m.name, m.ranks)            # e.g. "blocks.1.linear.bias", [1]
+        m.name, m.ranks            # e.g. "blocks.1.linear.bias", [1]
 """
 
 from __future__ import annotations

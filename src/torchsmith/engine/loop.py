@@ -120,7 +120,7 @@ def run(workload: Workload, plan: Plan | None = None, *, steps: int = 100, eval_
 
         result = torchsmith.run(torchsmith.load_workload("gpt-mini"), steps=200,
                                 checkpoint_dir="ckpt", checkpoint_every=50)
-        print(result.final_loss, result.throughput, result.throughput_unit)
+        result.final_loss, result.throughput, result.throughput_unit
     """
     plan = plan or Plan()
     cb = callbacks or RunCallbacks()

@@ -99,7 +99,7 @@ def inspect_workload(workload: Workload, *, device: str | torch.device | None = 
     """
     device = resolve_device(device)
     step = build_step(workload, Plan(), device)  # seeded: the same model every command sees
-    model, optimizer = step.model, step.optimizer
+    model = step.model
     batches = [to_device(b, device) for b in islice(workload.iter_batches(), 2)]
     batch = batches[0]
 

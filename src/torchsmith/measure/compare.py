@@ -16,7 +16,7 @@ final parameters recorded here are also what the numerical-equivalence guard com
 Example::
 
     ms = measure_plans(load_workload("mlp"), [Plan(), Plan(threads=Threads(intra_op=1))])
-    print(ms[1].step_seconds / ms[0].step_seconds)   # > 1: one thread is slower
+    ms[1].step_seconds / ms[0].step_seconds   # > 1: one thread is slower
 """
 
 from __future__ import annotations

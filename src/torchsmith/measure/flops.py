@@ -15,7 +15,7 @@ Example::
         loss_fn(model(x), y).backward()
 
     stats = count_flops(step)
-    print(stats.forward, stats.backward, stats.by_module)
+    stats.forward, stats.backward, stats.by_module
 """
 
 from __future__ import annotations

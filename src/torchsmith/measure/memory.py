@@ -25,7 +25,7 @@ Example::
     with track_peak_memory("cpu", live=(model, optimizer)) as mem:
         loss_fn(model(x), y).backward()
         optimizer.step()
-    print(mem.result.peak_bytes, mem.result.peak_delta_bytes)
+    mem.result.peak_bytes, mem.result.peak_delta_bytes
 """
 
 from __future__ import annotations

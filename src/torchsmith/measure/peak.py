@@ -9,7 +9,7 @@ fp32 matmul precision) in ``$TORCHSMITH_CACHE_DIR/peak_flops.json``, default
 Example::
 
     peak = machine_peak_flops("cpu")            # ~1.5 s the first time, then cached
-    print(mfu(stats.total, step_seconds, peak))  # stats from count_flops
+    mfu(stats.total, step_seconds, peak)  # stats from count_flops
 """
 
 from __future__ import annotations

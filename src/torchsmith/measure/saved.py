@@ -12,7 +12,7 @@ Example::
 
     with count_saved_tensors(model) as saved:
         loss = loss_fn(model(x), y)
-    print(saved.result.bytes, saved.result.by_module)
+    saved.result.bytes, saved.result.by_module
 """
 
 from __future__ import annotations

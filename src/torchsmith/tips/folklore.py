@@ -7,7 +7,7 @@ by decree: the verdict is written from the numbers.
 Example::
 
     r = check_addmm(n=512)
-    print(r.verdict, r.figures["addmm_out_of_place_peak_bytes"])
+    r.verdict, r.figures["addmm_out_of_place_peak_bytes"]
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def check_addmm(n: int = 1024, device: str | torch.device = "cpu") -> FolkloreRe
         "buffer that aliases no operand); under autograd, in place on a tensor backward needs raises.",
     ]
     fused_saving = 1 - peak_fused / peak_plus if peak_plus else 0.0
-    verdict = (f"addmm_(y, x) means x + y@x, not x@y + x"
+    verdict = ("addmm_(y, x) means x + y@x, not x@y + x"
                + ("" if ok(err_yx) else ", and with x aliased as an operand it returned a wrong result here")
                + f". torch.addmm(x, x, y) gives z with {fused_saving:.0%} less peak extra memory.")
     return FolkloreResult("addmm_", "x.addmm_(y, x) saves 50% memory over z = x.mm(y) + x", verdict, details, figures)

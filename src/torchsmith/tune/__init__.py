@@ -5,7 +5,7 @@ Example::
     import torchsmith
     result = torchsmith.tune(torchsmith.load_workload("gpt-mini"), budget="3m")
     result.plan.save("plan.json")
-    print(result.speedup, result.report_path)
+    result.speedup, result.report_path
 """
 
 from __future__ import annotations
