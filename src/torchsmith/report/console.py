@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+
 from rich.console import Console
 
-console = Console(highlight=False)
-error_console = Console(stderr=True, highlight=False)
+# Piped or captured output has no terminal width; rich would wrap every table at 80 columns.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 132)
+error_console = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 132)
 
 
 def fmt_bytes(n: float | None) -> str:
