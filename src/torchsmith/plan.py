@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
 import types
 import typing
 from dataclasses import dataclass, field
@@ -421,15 +420,9 @@ class Plan(_Config):
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the plan as JSON, atomically (temp file, fsync, rename)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
-            json.dump(self.to_dict(), tmp, indent=2)
-            tmp.write("\n")
-            tmp.flush()
-            os.fsync(tmp.fileno())
-        os.replace(tmp.name, path)
-        return path
+        from torchsmith.atomic import atomic_write_text
+
+        return atomic_write_text(path, json.dumps(self.to_dict(), indent=2) + "\n")
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Plan":

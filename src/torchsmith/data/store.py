@@ -30,6 +30,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from torchsmith.atomic import atomic_write_bytes
+
 FORMAT_VERSION = 1
 INDEX_NAME = "index.json"
 DEFAULT_SHARD_BYTES = 64 << 20
@@ -237,18 +239,7 @@ def _save(path: Path, array: np.ndarray) -> FileRecord:
     return FileRecord(name=path.name, bytes=path.stat().st_size, sha256=digest)
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)  # make the renames durable
-    finally:
-        os.close(dir_fd)
+_atomic_write = atomic_write_bytes
 
 
 def remove_store(path: str | os.PathLike) -> None:

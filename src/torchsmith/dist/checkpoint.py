@@ -41,6 +41,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
+from torchsmith.atomic import atomic_write_text
 from torchsmith.engine.parts import StepParts
 
 MARKER = "COMMITTED"
@@ -260,14 +261,4 @@ def _read_rank_json(path: Path, rank: int) -> dict[str, Any]:
 
 
 def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)  # make the rename durable before anyone trusts the directory
-    finally:
-        os.close(dir_fd)
+    atomic_write_text(path, json.dumps(data))  # durable before anyone trusts the directory

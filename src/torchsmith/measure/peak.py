@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 import warnings
 from dataclasses import asdict, dataclass, replace
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from torchsmith.atomic import atomic_write_text
 from torchsmith.measure.fingerprint import machine_fingerprint
 
 __all__ = ["PeakFlops", "machine_peak_flops", "mfu", "cache_path"]
@@ -106,10 +106,7 @@ def _write_cache(path: Path, data: dict[str, dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     # Write-then-rename: several processes (torchrun ranks) may measure at once,
     # and a reader must never see half a file.
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".peak_flops.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True))
 
 
 def _from_cache(entry: object) -> PeakFlops | None:

@@ -18,6 +18,7 @@ from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.table import Table
 
+from torchsmith.atomic import atomic_write_text
 from torchsmith.profile.analysis import CATEGORIES
 from torchsmith.profile.doctor import DoctorReport
 from torchsmith.report.console import fmt_bytes, fmt_seconds
@@ -191,7 +192,4 @@ median step {a.step_seconds * 1e3:.2f} ms over {len(a.steps)} recorded steps{_un
 <h2>Top operators by self time</h2><table><tr><th>operator</th><th>input shapes</th><th>calls</th><th>self</th></tr>{ops}</table>
 <p><small>Capture: {e(report.trace_note)}. Trace: {e(str(report.trace_path or "not kept (pass --trace)"))}.</small></p>
 </body></html>"""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page)
-    return path
+    return atomic_write_text(path, page)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
+from torchsmith.atomic import atomic_write_text
 from torchsmith.report.console import fmt_bytes, fmt_rate
 from torchsmith.report.html import esc, figure_to_img, fingerprint_table, page, table
 from torchsmith.tune.result import Candidate, TuneResult
@@ -16,12 +16,7 @@ _COLOURS = {"baseline": "#6e7781", "accepted": "#1a7f37", "slower": "#8c959f", "
 
 def write_tune_report(result: TuneResult, path: str | os.PathLike) -> Path:
     """Write the report atomically and return its path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp", encoding="utf-8") as tmp:
-        tmp.write(render_tune_html(result))
-    os.replace(tmp.name, path)
-    return path
+    return atomic_write_text(path, render_tune_html(result))
 
 
 def render_tune_html(r: TuneResult) -> str:
