@@ -64,12 +64,18 @@ class _Scale(nn.Module):
         return _BadBackward.apply(x)
 
 
-def test_names_module_and_op_in_custom_function_backward():
+def _bad_backward_model() -> nn.Module:
+    """inp -> body(tanh, _Scale whose backward makes NaN, linear) -> out."""
     torch.manual_seed(0)
     model = nn.Sequential()
     model.add_module("inp", nn.Linear(6, 8))
     model.add_module("body", nn.Sequential(nn.Tanh(), _Scale(), nn.Linear(8, 8)))
     model.add_module("out", nn.Linear(8, 1))
+    return model
+
+
+def test_names_module_and_op_in_custom_function_backward():
+    model = _bad_backward_model()
     x = torch.randn(5, 6)
     loss = model(x).pow(2).mean()
     assert torch.isfinite(loss)  # forward is clean
@@ -169,11 +175,7 @@ def test_gradient_check_sees_the_optimizers_fp32_masters_under_bf16_parameters()
     # read those, or a NaN gradient would reach the update unseen.
     from torchsmith.plan import BF16Params
 
-    torch.manual_seed(0)
-    model = nn.Sequential()
-    model.add_module("inp", nn.Linear(6, 8))
-    model.add_module("body", nn.Sequential(nn.Tanh(), _Scale(), nn.Linear(8, 8)))
-    model.add_module("out", nn.Linear(8, 1))
+    model = _bad_backward_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     step = prepare(Plan(precision=BF16Params(), nonfinite="skip_step"), model, opt,
                    lambda m, b: m(b).float().pow(2).mean())
