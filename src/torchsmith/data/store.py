@@ -23,14 +23,13 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
 
-from torchsmith.atomic import atomic_write_bytes
+from torchsmith.atomic import atomic_file, atomic_write_bytes
 
 FORMAT_VERSION = 1
 INDEX_NAME = "index.json"
@@ -225,17 +224,9 @@ def _prepare_dest(dest: Path, overwrite: bool) -> None:
 
 def _save(path: Path, array: np.ndarray) -> FileRecord:
     """``np.save`` under a temp name, fsync, rename: the final name only ever holds a whole file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.save(f, np.ascontiguousarray(array), allow_pickle=False)
-            f.flush()
-            os.fsync(f.fileno())
-        digest = file_sha256(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path) as f:
+        np.save(f, np.ascontiguousarray(array), allow_pickle=False)
+    digest = file_sha256(path)
     return FileRecord(name=path.name, bytes=path.stat().st_size, sha256=digest)
 
 

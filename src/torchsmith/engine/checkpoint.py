@@ -14,13 +14,14 @@ import os
 import pickle
 import random
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from torchsmith.atomic import atomic_file
 
 FORMAT_VERSION = 1
 _NAME = re.compile(r"^step_(\d{8})\.pt$")
@@ -45,23 +46,9 @@ def checkpoint_path(directory: Path, step: int) -> Path:
 def save_checkpoint(directory: str | os.PathLike, step: int, state: dict[str, Any]) -> Path:
     """Write ``state`` for ``step`` atomically: temp file, fsync, rename, fsync the directory."""
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     final = checkpoint_path(directory, step)
-    fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{final.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save({"format_version": FORMAT_VERSION, "step": step, **state}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp_name, final)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)  # make the rename itself durable
-    finally:
-        os.close(dir_fd)
+    with atomic_file(final) as f:
+        torch.save({"format_version": FORMAT_VERSION, "step": step, **state}, f)
     return final
 
 
