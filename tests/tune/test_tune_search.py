@@ -127,3 +127,42 @@ def test_second_look_drops_a_knob_that_stopped_paying():
     assert result.plan == Plan(optimizer=OptimizerImpl(impl="foreach"))
     assert any(c.change == "second look: without precision" for c in result.candidates)
     assert result.speedup == pytest.approx(1.0 / 0.3)
+
+
+def test_the_fastest_candidate_wins_not_the_first_to_clear_the_margin():
+    # All three beat the as-written optimizer by > 3%, but by < 3% among themselves: order must not decide.
+    times = {"for_loop": 0.80, "foreach": 0.79, "fused": 0.78}
+    result = tune("mlp", budget="10m", knobs=["optimizer"],
+                  clock=stub_clock(lambda p: times.get(p.optimizer.impl, 1.0)))
+    assert result.plan.optimizer.impl == "fused"
+    slower = [c for c in result.candidates if c.knob == "optimizer" and c.status == "slower"]
+    assert len(slower) == 2 and all("optimizer.impl=fused's speed" in c.reason for c in slower)
+
+
+def test_second_look_tries_a_close_call_on_top_of_the_final_plan():
+    from torchsmith.plan import BF16Params
+
+    def seconds(plan):
+        fused = plan.optimizer.impl == "fused"
+        if isinstance(plan.precision, BF16Params):
+            return 0.30 if fused else 0.52
+        if is_bf16(plan):
+            return 0.45 if fused else 0.50
+        return 0.9 if fused else 1.0
+
+    # Greedy: autocast (0.50) narrowly beats bf16 params (0.52); fused on top gives 0.45. But bf16
+    # params with fused runs at 0.30, which only the second look, trying the close call again, sees.
+    result = tune("mlp", budget="30m", knobs=["precision", "optimizer"], clock=stub_clock(seconds))
+    assert isinstance(result.plan.precision, BF16Params) and result.plan.optimizer.impl == "fused"
+    assert any(c.change.startswith("second look: with precision") for c in result.candidates)
+
+
+def test_candidates_that_cannot_apply_are_listed_and_never_measured():
+    timed = []
+    # mlp has no loader factory and no convolutions: both knobs are refused before any measurement.
+    result = tune("mlp", budget="10m", knobs=["loader", "memory_format"],
+                  clock=stub_clock(lambda p: timed.append(p) or 1.0))
+    assert result.plan == Plan()
+    na = [c for c in result.candidates if c.status == "n/a"]
+    assert {c.knob for c in na} == {"loader", "memory_format"} and all(c.reason for c in na)
+    assert all(p == Plan() for p in timed)

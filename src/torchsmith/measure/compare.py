@@ -127,6 +127,14 @@ def measure_plans(workload: Workload, plans: Sequence[Plan], *, warmup: int = 2,
     return [state.result(ref, warmup) for state in states]
 
 
+def refusal(workload: Workload, plan: Plan, device: str | torch.device | None = None) -> str | None:
+    """Why ``plan`` cannot apply to ``workload`` (a refused transform, a bad config), without
+    running a step; None when it applies. Builds the model and the batch source, then drops them."""
+    state = _State.build(workload, plan, resolve_device(device))
+    state.close()
+    return state.error
+
+
 def _has_workers(plan: Plan) -> bool:
     return bool(getattr(plan, "loader", None) is not None and plan.loader.num_workers)
 

@@ -34,7 +34,8 @@ def render_tune_html(r: TuneResult) -> str:
         f"<h2>Tuned plan</h2><p><b>{esc(r.plan.describe())}</b></p>",
         "".join(f"<p class=warn>{esc(n)}</p>" for n in r.notes),
         "<h2>Throughput per candidate</h2><p class=sub>Each candidate's speedup over the baseline measured "
-        "beside it, applied to the final baseline measurement.</p>" + _bar_chart(r, measured, "throughput"),
+        f"beside it, applied to the final baseline measurement; {r.warmup_steps} warm-up steps, then the "
+        f"median of {r.timed_steps} timed steps per candidate.</p>" + _bar_chart(r, measured, "throughput"),
         "<h2>Peak memory per candidate</h2>" + _bar_chart(r, measured, "memory"),
         "<h2>Loss: baseline vs tuned (same seed, same batches)</h2>" + _loss_chart(r),
         "<h2>All candidates</h2>" + _candidate_table(r, r.candidates),

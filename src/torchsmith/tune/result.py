@@ -75,6 +75,9 @@ class TuneResult:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     """Knobs not tried, with the reason (budget, not needed)."""
     notes: list[str] = field(default_factory=list)
+    warmup_steps: int = 0
+    timed_steps: int = 0
+    """Steps per candidate in the search: ``warmup_steps`` untimed, then the median of ``timed_steps``."""
     report_path: Path | None = None
 
     @property

@@ -18,11 +18,11 @@ as-written plan is returned: the tuner never hands back a regression.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Sequence
 
 from torchsmith.engine.loop import build_step, resolve_device
-from torchsmith.measure.compare import PlanMeasurement, StepTimer, measure_plans, wall_clock
+from torchsmith.measure.compare import PlanMeasurement, StepTimer, measure_plans, refusal, wall_clock
 from torchsmith.plan import Plan
 from torchsmith.tune.guard import GuardConfig, guard_rejection
 from torchsmith.tune.result import Candidate, TuneResult
@@ -31,6 +31,8 @@ from torchsmith.workload import Workload
 
 NOISE_MARGIN = 0.03
 """A candidate must beat the current best by more than 3% to replace it (shared-machine noise)."""
+CLOSE_CALL = 0.10
+"""A candidate within 10% of its knob's winner gets a second try on top of the final plan."""
 COMPILE_ESTIMATE_SECONDS = 45.0
 """Budget set aside per compile candidate before its first measurement (2-core CPU, gpt-mini)."""
 
@@ -71,6 +73,8 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
             raise TuneError(f"unknown or inapplicable knob(s) {unknown} on {dev.type}; "
                             f"searchable here: {', '.join(d.name for d in dims)}.")
         dims = [d for d in dims if d.name in knobs]
+    candidates: list[Candidate] = []
+    dims = _applicable(workload, dims, dev, candidates)
     speed_dims = [d for d in dims if not d.saves_memory]
     total = 2 + sum(len(d.candidates) + 2 for d in dims) + 2
 
@@ -79,8 +83,8 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
 
     done = 0
     best = Plan()
-    candidates: list[Candidate] = []
     skipped: list[tuple[str, str]] = []
+    close_calls: list[tuple[Dimension, Any]] = []
     best_speedup: float | None = 1.0
     best_m: PlanMeasurement = calib  # the latest measurement of `best`
     spent_measuring, plan_steps = 0.0, 0
@@ -90,6 +94,13 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
             on_progress(TuneProgress(done + partial, total, knob, best.describe(), best_speedup,
                                      time.perf_counter() - start, budget_seconds))
 
+    def cost_per_plan_step() -> float:
+        """Observed so far (model builds and memory tracking included), never below the calibrated step."""
+        return max(step_s, spent_measuring / max(plan_steps, 1))
+
+    def proof_reserve() -> float:
+        return 2 * (warmup + max(steps, 6)) * cost_per_plan_step() * 1.2
+
     report("baseline")
     for dim in dims:
         if dim.saves_memory and _fits(best_m, memory_limit):
@@ -97,15 +108,11 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
                             else "trades speed for memory; pass --memory-limit to search it"))
             done += len(dim.candidates) + 2
             continue
-        # Cost per plan-step as observed so far (model builds and memory tracking included),
-        # never below the calibrated step; the proof's cost is kept in reserve.
-        cost = max(step_s, spent_measuring / max(plan_steps, 1))
-        estimate = (len(dim.candidates) + 2) * (warmup + steps) * cost * 1.2
+        estimate = (len(dim.candidates) + 2) * (warmup + steps) * cost_per_plan_step() * 1.2
         if dim.plan_field == "compile":
             estimate += COMPILE_ESTIMATE_SECONDS * len(dim.candidates)
-        proof_reserve = 2 * (warmup + max(steps, 6)) * cost * 1.2
-        if time.perf_counter() - start + estimate + proof_reserve > budget_seconds:
-            skipped.append((dim.name, f"budget: needs ~{estimate:.0f} s + ~{proof_reserve:.0f} s for the final "
+        if time.perf_counter() - start + estimate + proof_reserve() > budget_seconds:
+            skipped.append((dim.name, f"budget: needs ~{estimate:.0f} s + ~{proof_reserve():.0f} s for the final "
                                       f"proof, {budget_seconds - (time.perf_counter() - start):.0f} s left"))
             done += len(dim.candidates) + 2
             continue
@@ -120,24 +127,26 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
         base_m = ms[0]
         if base_m.error:
             raise TuneError(f"the baseline of {workload.name} failed while measuring {dim.name}: {base_m.error}")
-        if not candidates:
-            candidates.append(Candidate.from_measurement(base_m, base_m, "baseline", "baseline", change="as written"))
+        if not any(c.status == "baseline" for c in candidates):
+            candidates.insert(0, Candidate.from_measurement(base_m, base_m, "baseline", "baseline", change="as written"))
         best_m = ms[1] if best != Plan() else ms[0]
-        winner = _choose(dim, ms[len(plans) - len(dim.candidates):], best_m, base_m, guard, memory_limit,
-                         candidates)
+        winner, close = _choose(dim, ms[len(plans) - len(dim.candidates):], best_m, base_m, guard, memory_limit,
+                                candidates)
+        close_calls += close
         if winner is not None:
             best, best_speedup = winner.plan, winner.speedup
             best_m = next(m for m in ms if m.plan == best)
         report(dim.name)
 
-    # Second look: a knob kept early may no longer pay on top of the later ones (or the machine's
-    # load has changed since). Measure the best plan beside itself minus each kept knob, once.
-    cost = max(step_s, spent_measuring / max(plan_steps, 1))
-    kept = [d for d in dims if getattr(best, d.plan_field) != getattr(Plan(), d.plan_field)]
-    if len(kept) > 1 and time.perf_counter() - start + (len(kept) + 3) * (warmup + steps) * cost * 1.2 \
-            + 2 * (warmup + max(steps, 6)) * cost * 1.2 <= budget_seconds:
+    # Second look: a knob kept early may no longer pay on top of the later ones, a close call may
+    # win there, or the machine's load has changed since. Measure those variants of the best plan
+    # beside it, once.
+    variants = _variants(best, dims, close_calls)
+    estimate = (len(variants) + 2) * (warmup + steps) * cost_per_plan_step() * 1.2 + COMPILE_ESTIMATE_SECONDS * sum(
+        v.compile.enabled and v.compile != best.compile for _, v in variants)
+    if variants and time.perf_counter() - start + estimate + proof_reserve() <= budget_seconds:
         report("second look")
-        best, best_speedup = _second_look(workload, best, kept, dev, warmup, steps, clock, guard, memory_limit,
+        best, best_speedup = _second_look(workload, best, variants, dev, warmup, steps, clock, guard, memory_limit,
                                           candidates, best_speedup)
 
     # Proof: the winner against the baseline, side by side, with more steps than the search used.
@@ -152,6 +161,7 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
         budget_seconds=budget_seconds, elapsed_seconds=time.perf_counter() - start,
         memory_limit_bytes=memory_limit, guard=guard, fingerprint=machine_fingerprint(), device=str(dev),
         baseline_losses=proof[0].losses, best_losses=proof[-1].losses, skipped=skipped, notes=notes,
+        warmup_steps=warmup, timed_steps=steps,
     )
 
 
@@ -198,63 +208,107 @@ def _prove(workload: Workload, best: Plan, dev, warmup: int, steps: int, clock: 
     return proof, best, base_c, best_c, notes
 
 
-def _second_look(workload: Workload, best: Plan, kept: list[Dimension], dev, warmup: int, steps: int,
+def _applicable(workload: Workload, dims: list[Dimension], dev, out: list[Candidate]) -> list[Dimension]:
+    """``dims`` without the values that cannot apply to this workload (recorded as n/a), and
+    without the knobs left with none: no time is spent measuring around a refused transform."""
+    kept = []
+    for dim in dims:
+        values = []
+        for value in dim.candidates:
+            plan = Plan().replace(**{dim.plan_field: value})
+            why = refusal(workload, plan, dev)
+            if why is None:
+                values.append(value)
+            else:
+                out.append(Candidate.from_measurement(PlanMeasurement(plan, None, error=why), PlanMeasurement(
+                    Plan(), None), dim.name, "n/a" if why.startswith("TransformError") else "failed", why,
+                    _change(dim, value)))
+        if values:
+            kept.append(replace(dim, candidates=tuple(values)))
+    return kept
+
+
+def _variants(best: Plan, dims: list[Dimension], close_calls: list[tuple[Dimension, Any]]) -> list[tuple[str, Plan]]:
+    """What the second look measures beside ``best``: ``best`` without each kept knob (when more
+    than one is kept), and ``best`` with each close call's value of its knob instead."""
+    kept = [d for d in dims if getattr(best, d.plan_field) != getattr(Plan(), d.plan_field)]
+    out = []
+    if len(kept) > 1:
+        out += [(f"without {d.name}", best.replace(**{d.plan_field: getattr(Plan(), d.plan_field)})) for d in kept]
+    for dim, value in close_calls:
+        variant = best.replace(**{dim.plan_field: value})
+        if variant != best and variant not in [v for _, v in out]:
+            out.append((f"with {_change(dim, value)}", variant))
+    return out
+
+
+def _second_look(workload: Workload, best: Plan, variants: list[tuple[str, Plan]], dev, warmup: int, steps: int,
                  clock: StepTimer, guard: GuardConfig, memory_limit: int | None, out: list[Candidate],
                  best_speedup: float | None) -> tuple[Plan, float | None]:
-    """Drop a kept knob if the best plan without it is faster by more than the noise margin."""
-    without = [best.replace(**{d.plan_field: getattr(Plan(), d.plan_field)}) for d in kept]
-    ms = measure_plans(workload, [Plan(), best, *without], warmup=warmup, steps=steps, device=dev, clock=clock)
+    """Switch to the fastest variant if it beats ``best`` by more than the noise margin."""
+    ms = measure_plans(workload, [Plan(), best, *(v for _, v in variants)], warmup=warmup, steps=steps,
+                       device=dev, clock=clock)
     base_m, best_m = ms[0], ms[1]
-    fastest = best_m
-    for d, m in zip(kept, ms[2:]):
+    fastest, label = best_m, ""
+    for (what, _), m in zip(variants, ms[2:]):
         if m.ok and guard_rejection(m, guard) is None and _fits(m, memory_limit) \
                 and m.step_seconds < fastest.step_seconds * (1 - NOISE_MARGIN):
-            fastest = m
+            fastest, label = m, what
     if fastest is best_m:
         return best, best_speedup
-    dropped = next(d for d, m in zip(kept, ms[2:]) if m is fastest)
-    out.append(Candidate.from_measurement(fastest, base_m, dropped.name, "accepted",
-                                          change=f"second look: without {dropped.name}"))
+    out.append(Candidate.from_measurement(fastest, base_m, "second look", "accepted", change=f"second look: {label}"))
     return fastest.plan, base_m.step_seconds / fastest.step_seconds
 
 
 def _choose(dim: Dimension, measured: list[PlanMeasurement], current: PlanMeasurement, base: PlanMeasurement,
-            guard: GuardConfig, memory_limit: int | None, out: list[Candidate]) -> Candidate | None:
-    """Classify each candidate of one knob and return the winner, if any beats ``current``."""
-    current_fits = _fits(current, memory_limit)
-    winner: Candidate | None = None
-    for value, m in zip(dim.candidates, measured):
-        change = Plan().replace(**{dim.plan_field: value}).describe()
+            guard: GuardConfig, memory_limit: int | None, out: list[Candidate]) -> tuple[Candidate | None, list[tuple[Dimension, Any]]]:
+    """Classify each candidate of one knob; return the winner, if any, and the close calls.
+
+    The winner is the fastest candidate that passes, and it must beat ``current`` by more than
+    the noise margin (unless ``current`` breaks the memory limit). Picking the fastest rather
+    than the first to clear the margin keeps the order of the candidates from deciding.
+    Close calls are passing candidates within ``CLOSE_CALL`` of the winner: the second look
+    tries them again on top of the final plan, where the knobs chosen later may favour them.
+    """
+    passed: list[tuple[int, PlanMeasurement]] = []
+    verdicts: list[Candidate | None] = []
+    for i, (value, m) in enumerate(zip(dim.candidates, measured)):
+        change = _change(dim, value)
+        reason = None if m.error else guard_rejection(m, guard)
         if m.error:
             status = "n/a" if m.error.startswith("TransformError") else "failed"
-            out.append(Candidate.from_measurement(m, base, dim.name, status, m.error, change))
-            continue
-        reason = guard_rejection(m, guard)
-        if reason is None and not _fits(m, memory_limit):
+            verdicts.append(Candidate.from_measurement(m, base, dim.name, status, m.error, change))
+        elif reason is None and not _fits(m, memory_limit):
             reason = f"peak memory {m.peak_memory_bytes / 2**20:.1f} MiB exceeds the limit {memory_limit / 2**20:.1f} MiB"
-        if reason:
-            out.append(Candidate.from_measurement(m, base, dim.name, "rejected", reason, change))
-            continue
-        target = winner.step_seconds if winner else current.step_seconds
-        faster = m.step_seconds < target * (1 - NOISE_MARGIN)
-        if faster or (not current_fits and winner is None):
-            c = Candidate.from_measurement(m, base, dim.name, "accepted", change=change)
-            if winner is not None:
-                out[out.index(winner)] = _demote(winner, f"{c.change} was faster")
-            winner = c
-            out.append(c)
-        else:
-            rival = f"{winner.change}'s" if winner else "the current best's"
-            out.append(Candidate.from_measurement(
+        if reason and not m.error:
+            verdicts.append(Candidate.from_measurement(m, base, dim.name, "rejected", reason, change))
+        elif not m.error:
+            verdicts.append(None)
+            passed.append((i, m))
+    winner: Candidate | None = None
+    close: list[tuple[Dimension, Any]] = []
+    if passed:
+        i_fast, fastest = min(passed, key=lambda im: im[1].step_seconds)
+        wins = fastest.step_seconds < current.step_seconds * (1 - NOISE_MARGIN) or not _fits(current, memory_limit)
+        leader = fastest if wins else current
+        for i, m in passed:
+            change = _change(dim, dim.candidates[i])
+            if wins and i == i_fast:
+                winner = verdicts[i] = Candidate.from_measurement(m, base, dim.name, "accepted", change=change)
+                continue
+            rival = f"{_change(dim, dim.candidates[i_fast])}'s" if wins else "the current best's"
+            verdicts[i] = Candidate.from_measurement(
                 m, base, dim.name, "slower",
-                f"{target / m.step_seconds:.2f}x {rival} speed (needs > {1 / (1 - NOISE_MARGIN):.2f}x to win)", change))
-    return winner
+                f"{leader.step_seconds / m.step_seconds:.2f}x {rival} speed"
+                + ("" if wins else f" (needs > {1 / (1 - NOISE_MARGIN):.2f}x to win)"), change)
+            if m.step_seconds <= leader.step_seconds * (1 + CLOSE_CALL):
+                close.append((dim, dim.candidates[i]))
+    out.extend(v for v in verdicts if v is not None)
+    return winner, close
 
 
-def _demote(c: Candidate, reason: str) -> Candidate:
-    from dataclasses import replace
-
-    return replace(c, status="slower", reason=reason)
+def _change(dim: Dimension, value) -> str:
+    return Plan().replace(**{dim.plan_field: value}).describe()
 
 
 def _fits(m: PlanMeasurement, memory_limit: int | None) -> bool:
