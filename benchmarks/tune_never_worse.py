@@ -16,8 +16,8 @@ import torch
 import torchsmith
 from torchsmith.measure.compare import measure_plans
 from torchsmith.measure.peak import machine_peak_flops, mfu
-from torchsmith.measure.run_metrics import _flops_per_step
-from torchsmith.plan import Autocast, Plan
+from torchsmith.measure.run_metrics import flops_per_step, matmul_dtype
+from torchsmith.plan import Plan
 
 
 def main() -> None:
@@ -39,9 +39,9 @@ def main() -> None:
             base, tuned = measure_plans(w, [Plan(), result.plan], steps=args.steps, measure_memory=False)
         ratio = base.step_seconds / tuned.step_seconds
         worst = min(worst, ratio)
-        flops = _flops_per_step(w, torch.device("cpu"))
+        flops = flops_per_step(w, torch.device("cpu"))
         fp32 = machine_peak_flops("cpu")
-        peak_tuned = machine_peak_flops("cpu", torch.bfloat16) if isinstance(result.plan.precision, Autocast) else fp32
+        peak_tuned = machine_peak_flops("cpu", matmul_dtype(result.plan))
         print(f"{name:<10} {result.plan.describe()[:60]:<60} {result.speedup or 1:>8.2f}x {ratio:>10.2f}x "
               f"{mfu(flops, base.step_seconds, fp32):>9.1%} {mfu(flops, tuned.step_seconds, peak_tuned):>9.1%}")
     print(f"worst re-measured ratio: {worst:.2f}x (target >= 0.98)")

@@ -166,3 +166,17 @@ def test_candidates_that_cannot_apply_are_listed_and_never_measured():
     na = [c for c in result.candidates if c.status == "n/a"]
     assert {c.knob for c in na} == {"loader", "memory_format"} and all(c.reason for c in na)
     assert all(p == Plan() for p in timed)
+
+
+def test_mfu_of_baseline_and_tuned_plan_against_the_peak_of_their_matmul_dtype():
+    import torch
+
+    from torchsmith.measure.peak import machine_peak_flops
+    from torchsmith.measure.run_metrics import flops_per_step, matmul_dtype
+    from torchsmith.plan import BF16Params
+
+    assert matmul_dtype(Plan(precision=BF16Params())) == torch.bfloat16 == matmul_dtype(Plan(precision=Autocast()))
+    result = tune("mlp", budget="10m", knobs=["precision"], clock=stub_clock(lambda p: 0.5 if is_bf16(p) else 1.0))
+    flops = flops_per_step(load_workload("mlp"), torch.device("cpu"))
+    assert result.baseline_mfu == pytest.approx(flops / 1.0 / machine_peak_flops("cpu").flops_per_s)
+    assert result.best_mfu == pytest.approx(flops / 0.5 / machine_peak_flops("cpu", torch.bfloat16).flops_per_s)

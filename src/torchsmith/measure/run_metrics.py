@@ -11,7 +11,7 @@ from torchsmith.engine.loop import RunResult, resolve_device, seed_everything
 from torchsmith.engine.step import to_device
 from torchsmith.measure.flops import count_flops
 from torchsmith.measure.peak import machine_peak_flops, mfu
-from torchsmith.plan import Autocast
+from torchsmith.plan import Autocast, BF16Params, Plan
 from torchsmith.workload import Workload
 
 
@@ -29,10 +29,8 @@ def measure_run_metrics(workload: Workload, result: RunResult) -> dict[str, Any]
     """
     device = resolve_device(result.device)
     # Under torchrun each rank computes 1/world of the batch: count one rank's share.
-    flops = _flops_per_step(workload, device) // int(os.environ.get("WORLD_SIZE", "1"))
-    dtype = torch.bfloat16 if isinstance(result.plan.precision, Autocast) and result.plan.precision.dtype == "bfloat16" \
-        else torch.float16 if isinstance(result.plan.precision, Autocast) else torch.float32
-    peak = machine_peak_flops(device.type, dtype)
+    flops = flops_per_step(workload, device) // int(os.environ.get("WORLD_SIZE", "1"))
+    peak = machine_peak_flops(device.type, matmul_dtype(result.plan))
     step_s = result.phases.step_median
     return {
         "flops_per_step": flops,
@@ -42,7 +40,17 @@ def measure_run_metrics(workload: Workload, result: RunResult) -> dict[str, Any]
     }
 
 
-def _flops_per_step(workload: Workload, device: torch.device) -> int:
+def matmul_dtype(plan: Plan) -> torch.dtype:
+    """The dtype a plan's matmuls run in: the peak its MFU is measured against."""
+    if isinstance(plan.precision, BF16Params):
+        return torch.bfloat16
+    if isinstance(plan.precision, Autocast):
+        return torch.bfloat16 if plan.precision.dtype == "bfloat16" else torch.float16
+    return torch.float32
+
+
+def flops_per_step(workload: Workload, device: torch.device) -> int:
+    """Matmul-class FLOPs of one forward+backward of ``workload`` as written, on a fresh model."""
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         seed_everything(workload.seed)
         model = workload.model().to(device)

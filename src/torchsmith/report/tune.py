@@ -47,6 +47,8 @@ def render_tune(r: TuneResult, out: Console = console, top: int = 8) -> None:
                                   f"{fmt_rate(r.throughput(r.best), r.throughput_unit)}")
     summary.add_row("peak memory", f"{fmt_bytes(r.baseline.peak_memory_bytes)} -> {fmt_bytes(r.best.peak_memory_bytes)}"
                     + (f" ({r.best.memory_ratio:.2f}x)" if r.best.memory_ratio else ""))
+    if r.baseline_mfu is not None and r.best_mfu is not None:
+        summary.add_row("MFU (of this machine's measured matmul peak)", f"{r.baseline_mfu:.0%} -> {r.best_mfu:.0%}")
     summary.add_row("search time", f"{r.elapsed_seconds:.0f} s of {r.budget_seconds:.0f} s budget, "
                                    f"{r.warmup_steps} warm-up + median of {r.timed_steps} steps per candidate")
     out.print(summary)

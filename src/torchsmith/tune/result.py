@@ -78,6 +78,10 @@ class TuneResult:
     warmup_steps: int = 0
     timed_steps: int = 0
     """Steps per candidate in the search: ``warmup_steps`` untimed, then the median of ``timed_steps``."""
+    baseline_mfu: float | None = None
+    best_mfu: float | None = None
+    """Model FLOPs utilisation in the proof: matmul FLOP/s over this machine's measured matmul peak
+    for the plan's matmul dtype (fp32 for the baseline, bf16 for a bf16 plan)."""
     report_path: Path | None = None
 
     @property

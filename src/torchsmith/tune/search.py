@@ -153,6 +153,7 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
     done = total - 2
     report("proof")
     proof, best, base_c, best_c, notes = _prove(workload, best, dev, warmup, max(steps, 6), clock, memory_limit)
+    baseline_mfu, best_mfu = _mfu(workload, dev, base_c, best_c, best)
     done = total
     report("done")
     return TuneResult(
@@ -161,7 +162,7 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
         budget_seconds=budget_seconds, elapsed_seconds=time.perf_counter() - start,
         memory_limit_bytes=memory_limit, guard=guard, fingerprint=machine_fingerprint(), device=str(dev),
         baseline_losses=proof[0].losses, best_losses=proof[-1].losses, skipped=skipped, notes=notes,
-        warmup_steps=warmup, timed_steps=steps,
+        warmup_steps=warmup, timed_steps=steps, baseline_mfu=baseline_mfu, best_mfu=best_mfu,
     )
 
 
@@ -240,6 +241,19 @@ def _variants(best: Plan, dims: list[Dimension], close_calls: list[tuple[Dimensi
         if variant != best and variant not in [v for _, v in out]:
             out.append((f"with {_change(dim, value)}", variant))
     return out
+
+
+def _mfu(workload: Workload, dev, base: Candidate, best: Candidate, plan: Plan) -> tuple[float | None, float | None]:
+    """MFU of the baseline and the tuned plan, each against the measured matmul peak of its own dtype."""
+    from torchsmith.measure.peak import machine_peak_flops, mfu
+    from torchsmith.measure.run_metrics import flops_per_step, matmul_dtype
+
+    flops = flops_per_step(workload, dev)
+
+    def of(c: Candidate, p: Plan) -> float | None:
+        return mfu(flops, c.step_seconds, machine_peak_flops(dev.type, matmul_dtype(p))) if flops and c.step_seconds else None
+
+    return of(base, Plan()), of(best, plan)
 
 
 def _second_look(workload: Workload, best: Plan, variants: list[tuple[str, Plan]], dev, warmup: int, steps: int,
