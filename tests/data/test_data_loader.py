@@ -66,7 +66,8 @@ def test_loader_transform_refuses_without_factory_and_registers_candidates():
     info = registered_transforms()["loader"]
     cpu = info.candidates(DeviceInfo(type="cpu", cores=8))
     cuda = info.candidates(DeviceInfo(type="cuda", cores=8))
-    assert {c.num_workers for c in cpu} == {1, 4, 7} and all(c.pin_memory is None for c in cpu)
+    assert {c.num_workers for c in cpu} == {1, 4, 8} and all(c.pin_memory is None for c in cpu)
+    assert {c.num_workers for c in info.candidates(DeviceInfo(type="cpu", cores=2))} == {1, 2}
     assert any(c.pin_memory for c in cuda) and LoaderConfig() not in cpu
 
 
