@@ -1,7 +1,7 @@
 """Tuned DataLoader vs ``num_workers=0`` on cnn-mini's decoding pipeline, side by side.
 
-cnn-mini's ``__getitem__`` does real work per sample: zlib-decompress an image out of the
-packed store, pad, random-crop, flip, normalise. ``tune_loader`` picks the loader arguments;
+cnn-mini's ``__getitem__`` does real work per sample: decode a 176x176 JPEG out of the
+packed store, RandomResizedCrop to 32x32, flip, normalise. ``tune_loader`` picks the loader arguments;
 then, alternating round by round in one process:
 
 1. loader alone: samples/s of the tuned loader vs the loader as written (0 workers);
