@@ -83,6 +83,10 @@ class TransformInfo:
     devices: frozenset[str]
     candidates: Callable[[DeviceInfo], Sequence[Any]]
     """Values of ``Plan.<plan_field>`` worth trying on this device (the baseline value excluded)."""
+    companions: Callable[[DeviceInfo, Any], Sequence[dict[str, Any]]] = lambda device, value: ()
+    """Changes to other plan fields worth trying together with a candidate ``value``, each as
+    one more candidate: a change that pays only in company (DataLoader workers with fewer
+    trainer threads on CPU), which a search over one knob at a time would never try."""
 
 
 _REGISTRY: dict[str, TransformInfo] = {}

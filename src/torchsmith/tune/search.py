@@ -76,7 +76,7 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
     candidates: list[Candidate] = []
     dims = _applicable(workload, dims, dev, candidates)
     speed_dims = [d for d in dims if not d.saves_memory]
-    total = 2 + sum(len(d.candidates) + 2 for d in dims) + 2
+    total = 2 + sum(len(d.moves()) + 2 for d in dims) + 2
 
     calib, step_s, steps = _calibrate(workload, dev, speed_dims, budget_seconds, start, warmup, clock,
                                       measure_memory=memory_limit is not None)
@@ -84,7 +84,7 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
     done = 0
     best = Plan()
     skipped: list[tuple[str, str]] = []
-    close_calls: list[tuple[Dimension, Any]] = []
+    close_calls: list[dict[str, Any]] = []
     best_speedup: float | None = 1.0
     best_m: PlanMeasurement = calib  # the latest measurement of `best`
     spent_measuring, plan_steps = 0.0, 0
@@ -106,18 +106,19 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
         if dim.saves_memory and _fits(best_m, memory_limit):
             skipped.append((dim.name, "not needed: the best plan fits the memory limit" if memory_limit
                             else "trades speed for memory; pass --memory-limit to search it"))
-            done += len(dim.candidates) + 2
+            done += len(dim.moves()) + 2
             continue
-        estimate = (len(dim.candidates) + 2) * (warmup + steps) * cost_per_plan_step() * 1.2
+        moves = _new_moves(dim, best)
+        estimate = (len(moves) + 2) * (warmup + steps) * cost_per_plan_step() * 1.2
         if dim.plan_field == "compile":
-            estimate += COMPILE_ESTIMATE_SECONDS * len(dim.candidates)
+            estimate += COMPILE_ESTIMATE_SECONDS * len(moves)
         if time.perf_counter() - start + estimate + proof_reserve() > budget_seconds:
             skipped.append((dim.name, f"budget: needs ~{estimate:.0f} s + ~{proof_reserve():.0f} s for the final "
                                       f"proof, {budget_seconds - (time.perf_counter() - start):.0f} s left"))
-            done += len(dim.candidates) + 2
+            done += len(dim.moves()) + 2
             continue
         report(dim.name)
-        plans = [Plan()] + ([best] if best != Plan() else []) + [best.replace(**{dim.plan_field: v}) for v in dim.candidates]
+        plans = [Plan()] + ([best] if best != Plan() else []) + [best.replace(**m) for m in moves]
         began = time.perf_counter()
         ms = measure_plans(workload, plans, warmup=warmup, steps=steps, device=dev, clock=clock,
                            on_step=lambda i, n: report(dim.name, len(plans) * i / n))
@@ -130,7 +131,7 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
         if not any(c.status == "baseline" for c in candidates):
             candidates.insert(0, Candidate.from_measurement(base_m, base_m, "baseline", "baseline", change="as written"))
         best_m = ms[1] if best != Plan() else ms[0]
-        winner, close = _choose(dim, ms[len(plans) - len(dim.candidates):], best_m, base_m, guard, memory_limit,
+        winner, close = _choose(dim, moves, ms[len(plans) - len(moves):], best_m, base_m, guard, memory_limit,
                                 candidates)
         close_calls += close
         if winner is not None:
@@ -177,7 +178,7 @@ def _calibrate(workload: Workload, dev, speed_dims: list[Dimension], budget_seco
                           measure_memory=measure_memory)[0]
     step_s = calib.step_seconds or 1e-3
     spent = time.perf_counter() - start
-    plans_to_measure = 2 + sum(len(d.candidates) + 2 for d in speed_dims) + 2
+    plans_to_measure = 2 + sum(len(d.moves()) + 2 for d in speed_dims) + 2
     need = spent + 4 * (warmup + 3) * step_s * 1.2
     if budget_seconds < need:
         full = spent + plans_to_measure * (warmup + 3) * step_s / 0.7
@@ -223,23 +224,34 @@ def _applicable(workload: Workload, dims: list[Dimension], dev, out: list[Candid
             else:
                 out.append(Candidate.from_measurement(PlanMeasurement(plan, None, error=why), PlanMeasurement(
                     Plan(), None), dim.name, "n/a" if why.startswith("TransformError") else "failed", why,
-                    _change(dim, value)))
+                    plan.describe()))
         if values:
-            kept.append(replace(dim, candidates=tuple(values)))
+            kept.append(replace(dim, candidates=tuple(values), joint=tuple(j for j in dim.joint if j[0] in values)))
     return kept
 
 
-def _variants(best: Plan, dims: list[Dimension], close_calls: list[tuple[Dimension, Any]]) -> list[tuple[str, Plan]]:
+def _new_moves(dim: Dimension, best: Plan) -> list[dict[str, Any]]:
+    """``dim``'s moves that change ``best``, one per distinct resulting plan."""
+    seen, out = {best}, []
+    for move in dim.moves():
+        plan = best.replace(**move)
+        if plan not in seen:
+            seen.add(plan)
+            out.append(move)
+    return out
+
+
+def _variants(best: Plan, dims: list[Dimension], close_calls: list[dict[str, Any]]) -> list[tuple[str, Plan]]:
     """What the second look measures beside ``best``: ``best`` without each kept knob (when more
-    than one is kept), and ``best`` with each close call's value of its knob instead."""
+    than one is kept), and ``best`` with each close call's move instead."""
     kept = [d for d in dims if getattr(best, d.plan_field) != getattr(Plan(), d.plan_field)]
     out = []
     if len(kept) > 1:
         out += [(f"without {d.name}", best.replace(**{d.plan_field: getattr(Plan(), d.plan_field)})) for d in kept]
-    for dim, value in close_calls:
-        variant = best.replace(**{dim.plan_field: value})
+    for move in close_calls:
+        variant = best.replace(**move)
         if variant != best and variant not in [v for _, v in out]:
-            out.append((f"with {_change(dim, value)}", variant))
+            out.append((f"with {_describe(move)}", variant))
     return out
 
 
@@ -274,8 +286,9 @@ def _second_look(workload: Workload, best: Plan, variants: list[tuple[str, Plan]
     return fastest.plan, base_m.step_seconds / fastest.step_seconds
 
 
-def _choose(dim: Dimension, measured: list[PlanMeasurement], current: PlanMeasurement, base: PlanMeasurement,
-            guard: GuardConfig, memory_limit: int | None, out: list[Candidate]) -> tuple[Candidate | None, list[tuple[Dimension, Any]]]:
+def _choose(dim: Dimension, moves: list[dict[str, Any]], measured: list[PlanMeasurement], current: PlanMeasurement,
+            base: PlanMeasurement, guard: GuardConfig, memory_limit: int | None,
+            out: list[Candidate]) -> tuple[Candidate | None, list[dict[str, Any]]]:
     """Classify each candidate of one knob; return the winner, if any, and the close calls.
 
     The winner is the fastest candidate that passes, and it must beat ``current`` by more than
@@ -286,8 +299,8 @@ def _choose(dim: Dimension, measured: list[PlanMeasurement], current: PlanMeasur
     """
     passed: list[tuple[int, PlanMeasurement]] = []
     verdicts: list[Candidate | None] = []
-    for i, (value, m) in enumerate(zip(dim.candidates, measured)):
-        change = _change(dim, value)
+    for i, (move, m) in enumerate(zip(moves, measured)):
+        change = _describe(move)
         reason = None if m.error else guard_rejection(m, guard)
         if m.error:
             status = "n/a" if m.error.startswith("TransformError") else "failed"
@@ -300,29 +313,30 @@ def _choose(dim: Dimension, measured: list[PlanMeasurement], current: PlanMeasur
             verdicts.append(None)
             passed.append((i, m))
     winner: Candidate | None = None
-    close: list[tuple[Dimension, Any]] = []
+    close: list[dict[str, Any]] = []
     if passed:
         i_fast, fastest = min(passed, key=lambda im: im[1].step_seconds)
         wins = fastest.step_seconds < current.step_seconds * (1 - NOISE_MARGIN) or not _fits(current, memory_limit)
         leader = fastest if wins else current
         for i, m in passed:
-            change = _change(dim, dim.candidates[i])
+            change = _describe(moves[i])
             if wins and i == i_fast:
                 winner = verdicts[i] = Candidate.from_measurement(m, base, dim.name, "accepted", change=change)
                 continue
-            rival = f"{_change(dim, dim.candidates[i_fast])}'s" if wins else "the current best's"
+            rival = f"{_describe(moves[i_fast])}'s" if wins else "the current best's"
             verdicts[i] = Candidate.from_measurement(
                 m, base, dim.name, "slower",
                 f"{leader.step_seconds / m.step_seconds:.2f}x {rival} speed"
                 + ("" if wins else f" (needs > {1 / (1 - NOISE_MARGIN):.2f}x to win)"), change)
             if m.step_seconds <= leader.step_seconds * (1 + CLOSE_CALL):
-                close.append((dim, dim.candidates[i]))
+                close.append(moves[i])
     out.extend(v for v in verdicts if v is not None)
     return winner, close
 
 
-def _change(dim: Dimension, value) -> str:
-    return Plan().replace(**{dim.plan_field: value}).describe()
+def _describe(move: dict[str, Any]) -> str:
+    """The fields a move sets, as ``Plan.describe`` words them, e.g. 'loader.num_workers=2 + threads.intra_op=1'."""
+    return Plan().replace(**move).describe()
 
 
 def _fits(m: PlanMeasurement, memory_limit: int | None) -> bool:

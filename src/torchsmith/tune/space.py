@@ -20,7 +20,15 @@ class Dimension:
     name: str
     plan_field: str
     candidates: tuple[Any, ...]
+    """Values of ``Plan.<plan_field>`` to try, the as-written value excluded."""
     saves_memory: bool
+    joint: tuple[tuple[Any, dict[str, Any]], ...] = ()
+    """(value, changes to other fields): candidates tried together with a companion change."""
+
+    def moves(self) -> list[dict[str, Any]]:
+        """Every candidate as the plan fields it sets: each value alone, then each joint one."""
+        return [{self.plan_field: v} for v in self.candidates] + [
+            {self.plan_field: v, **companion} for v, companion in self.joint]
 
 
 def device_info(device: torch.device) -> DeviceInfo:
@@ -45,7 +53,8 @@ def search_space(device: DeviceInfo) -> list[Dimension]:
         if device.type not in info.devices:
             continue
         values = tuple(v for v in info.candidates(device) if v != getattr(baseline, info.plan_field))
+        joint = tuple((v, c) for v in values for c in info.companions(device, v))
         if values:
-            dims.append(Dimension(info.name, info.plan_field, values, info.plan_field in MEMORY_ORDER))
+            dims.append(Dimension(info.name, info.plan_field, values, info.plan_field in MEMORY_ORDER, joint))
     order = {name: i for i, name in enumerate(SPEED_ORDER + MEMORY_ORDER)}
     return sorted(dims, key=lambda d: (order.get(d.plan_field, len(SPEED_ORDER)), d.name))
