@@ -23,3 +23,20 @@ def dropout_workload() -> Workload:
         samples_per_batch=32,
         name="dropout-toy",
     )
+
+
+def loader_workload() -> Workload:
+    """A linear model fed by a DataLoader factory: plans can set its workers."""
+    from torchsmith.plan import LoaderConfig
+
+    g = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(512, 8, generator=g), torch.randn(512, 1, generator=g))
+
+    def loader(cfg: LoaderConfig) -> DataLoader:
+        workers = cfg.num_workers or 0
+        return DataLoader(data, batch_size=16, num_workers=workers, persistent_workers=bool(cfg.persistent_workers),
+                          prefetch_factor=cfg.prefetch_factor if workers else None)
+
+    return Workload(model=lambda: torch.nn.Linear(8, 1), batches=loader(LoaderConfig()), loader=loader,
+                    loss=lambda m, b: torch.nn.functional.mse_loss(m(b[0]), b[1]),
+                    optimizer=lambda p: torch.optim.SGD(p, lr=0.01), name="loader-toy")

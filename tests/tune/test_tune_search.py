@@ -9,6 +9,7 @@ from torchsmith.plan import Autocast, MicroBatching, Plan
 from torchsmith.tune import GuardConfig, TuneError, WorkloadStepError, tune
 from torchsmith.tune.budget import parse_bytes, parse_duration
 from torchsmith.workload import load_workload
+from toy_workloads import loader_workload
 
 
 def stub_clock(seconds_for):
@@ -182,25 +183,6 @@ def test_mfu_of_baseline_and_tuned_plan_against_the_peak_of_their_matmul_dtype()
     assert result.best_mfu == pytest.approx(flops / 0.5 / machine_peak_flops("cpu", torch.bfloat16).flops_per_s)
 
 
-def _loader_workload():
-    import torch
-    from torch.utils.data import DataLoader, TensorDataset
-
-    from torchsmith.plan import LoaderConfig
-    from torchsmith.workload import Workload
-
-    g = torch.Generator().manual_seed(0)
-    data = TensorDataset(torch.randn(512, 8, generator=g), torch.randn(512, 1, generator=g))
-
-    def loader(cfg: LoaderConfig):
-        workers = cfg.num_workers or 0
-        return DataLoader(data, batch_size=16, num_workers=workers, persistent_workers=bool(cfg.persistent_workers))
-
-    return Workload(model=lambda: torch.nn.Linear(8, 1), batches=loader(LoaderConfig()), loader=loader,
-                    loss=lambda m, b: torch.nn.functional.mse_loss(m(b[0]), b[1]),
-                    optimizer=lambda p: torch.optim.SGD(p, lr=0.01), name="decoding")
-
-
 def test_workers_are_also_tried_with_fewer_trainer_threads():
     # As measured on 2 cores for a data-bound loader: fewer trainer threads alone is slower, workers
     # alone barely help (they fight the trainer's threads for the cores), both together pay.
@@ -208,7 +190,7 @@ def test_workers_are_also_tried_with_fewer_trainer_threads():
         workers, fewer_threads = bool(plan.loader.num_workers), plan.threads.intra_op is not None
         return {(False, False): 1.0, (False, True): 1.1, (True, False): 0.98, (True, True): 0.5}[workers, fewer_threads]
 
-    result = tune(_loader_workload(), budget="30m", knobs=["threads", "loader"], clock=stub_clock(seconds))
+    result = tune(loader_workload(), budget="30m", knobs=["threads", "loader"], clock=stub_clock(seconds))
     assert result.plan.loader.num_workers and result.plan.threads.intra_op is not None
     assert result.speedup == pytest.approx(2.0)
     joint = [c for c in result.candidates if c.status == "accepted"]

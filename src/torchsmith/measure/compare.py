@@ -8,7 +8,11 @@ round-robin (A B C A B C ...), so a burst of noise on a shared machine hits ever
 alike, and the figures that matter are ratios between plans of the same run.
 
 Plans with DataLoader workers are measured one after another instead: interleaved, their
-workers would prefetch during the other plans' turns and look faster than they are.
+workers would prefetch during the other plans' turns and look faster than they are. Their
+step times are bursty (a step that finds a batch ready is fast, the next one waits), so the
+figure is then the mean over the timed steps, the throughput, rather than the median, which
+would count only the fast steps; and the warm-up also drains the batches prefetched while
+the workers started.
 
 Because every plan starts from the same seed and sees the same batches, the losses and
 final parameters recorded here are also what the numerical-equivalence guard compares.
@@ -39,7 +43,8 @@ from torchsmith.workload import Workload
 class PlanMeasurement:
     plan: Plan
     step_seconds: float | None
-    """Median seconds per step (data wait included) over the timed steps."""
+    """Seconds per step (data wait included) over the timed steps: their median, or their mean
+    when a plan with DataLoader workers is among those measured (see the module docstring)."""
     step_times: list[float] = field(default_factory=list)
     first_step_seconds: float | None = None
     """The first step, including one-off costs such as compilation."""
@@ -103,9 +108,11 @@ def measure_plans(workload: Workload, plans: Sequence[Plan], *, warmup: int = 2,
     ``on_step(done, total)`` reports progress.
     """
     device = resolve_device(device)
+    interleave = not any(_has_workers(plan) for plan in plans)
+    if not interleave:  # every plan runs the same steps: the guard compares their final parameters
+        warmup += max(_prefetch_depth(plan) for plan in plans)
     total_steps = warmup + steps
     states = [_State.build(workload, plan, device) for plan in plans]
-    interleave = not any(_has_workers(plan) for plan in plans)
     # Interleaved rounds rotate which plan goes first, so no plan always follows the same neighbour.
     rounds = ([states[i % len(states):] + states[:i % len(states)] for i in range(total_steps)] if interleave
               else [[s] * total_steps for s in states])
@@ -124,7 +131,8 @@ def measure_plans(workload: Workload, plans: Sequence[Plan], *, warmup: int = 2,
         for state in states:
             state.close()
     ref = states[reference]
-    return [state.result(ref, warmup) for state in states]
+    summary = statistics.median if interleave else statistics.fmean
+    return [state.result(ref, warmup, summary) for state in states]
 
 
 def refusal(workload: Workload, plan: Plan, device: str | torch.device | None = None) -> str | None:
@@ -137,6 +145,11 @@ def refusal(workload: Workload, plan: Plan, device: str | torch.device | None = 
 
 def _has_workers(plan: Plan) -> bool:
     return bool(getattr(plan, "loader", None) is not None and plan.loader.num_workers)
+
+
+def _prefetch_depth(plan: Plan) -> int:
+    """Batches the plan's workers hold ready once started (DataLoader's default prefetch_factor is 2)."""
+    return (plan.loader.num_workers or 0) * (plan.loader.prefetch_factor or 2) if _has_workers(plan) else 0
 
 
 def _cycle(workload: Workload, source: Any) -> Iterator[Any]:
@@ -228,7 +241,7 @@ class _State:
             self._close()
             self._close = None
 
-    def result(self, ref: "_State", warmup: int) -> PlanMeasurement:
+    def result(self, ref: "_State", warmup: int, summary: Callable[[list[float]], float]) -> PlanMeasurement:
         if self.error is not None or not self.times:
             return PlanMeasurement(self.plan, None, error=self.error or "no step ran")
         losses = torch.stack(self.losses).float().tolist()
@@ -239,7 +252,7 @@ class _State:
             loss_diff = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses, ref_losses))
             param_diff = _param_rel_diff(self.step_fn, ref.step_fn, ref.initial)
         return PlanMeasurement(
-            plan=self.plan, step_seconds=statistics.median(timed), step_times=timed,
+            plan=self.plan, step_seconds=summary(timed), step_times=timed,
             first_step_seconds=self.times[0], peak_memory_bytes=self.peak, losses=losses,
             loss_rel_diff=loss_diff, param_rel_diff=param_diff,
         )

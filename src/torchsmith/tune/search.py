@@ -17,6 +17,7 @@ as-written plan is returned: the tuner never hands back a regression.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
@@ -31,6 +32,9 @@ from torchsmith.workload import Workload
 
 NOISE_MARGIN = 0.03
 """A candidate must beat the current best by more than 3% to replace it (shared-machine noise)."""
+MIN_WINDOW_SECONDS = 1.0
+"""Fast steps get more than 12 timed steps, up to this much time per plan when the budget allows:
+a pipeline with DataLoader workers needs a window of many steps to show its throughput."""
 CLOSE_CALL = 0.10
 """A candidate within 10% of its knob's winner gets a second try on top of the final plan."""
 COMPILE_ESTIMATE_SECONDS = 45.0
@@ -190,7 +194,7 @@ def _calibrate(workload: Workload, dev, speed_dims: list[Dimension], budget_seco
             f"{plans_to_measure - 2} candidates needs about {full:.0f} s)."
         )
     steps = int((budget_seconds - spent) * 0.7 / (plans_to_measure * step_s)) - warmup
-    return calib, step_s, min(max(steps, 3), 12)
+    return calib, step_s, min(max(steps, 3), max(12, math.ceil(MIN_WINDOW_SECONDS / step_s)))
 
 
 def _prove(workload: Workload, best: Plan, dev, warmup: int, steps: int, clock: StepTimer,

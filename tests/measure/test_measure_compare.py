@@ -1,0 +1,40 @@
+"""measure_plans: side-by-side figures, and the right statistic for plans with DataLoader workers."""
+
+import statistics
+
+import pytest
+
+from toy_workloads import loader_workload
+from torchsmith.measure.compare import measure_plans
+from torchsmith.plan import LoaderConfig, Plan, Threads
+
+WORKERS = Plan(loader=LoaderConfig(num_workers=2, prefetch_factor=3, persistent_workers=True))
+
+
+def test_plans_without_workers_are_interleaved_and_summarised_by_the_median():
+    order = []
+
+    def clock(plan, run_step):
+        run_step()
+        order.append(plan)
+        return [0.01, 0.01, 1.0][len(order) % 3]  # a noise spike every third step
+
+    fewer = Plan(threads=Threads(intra_op=1))
+    base, one = measure_plans(loader_workload(), [Plan(), fewer], warmup=1, steps=6, clock=clock)
+    assert order[:4] == [Plan(), fewer, fewer, Plan()]  # round-robin, rotating who goes first
+    assert len(base.step_times) == 6 and base.step_seconds == statistics.median(base.step_times)
+
+
+def test_plans_with_workers_warm_up_past_the_prefetched_batches_and_report_the_mean():
+    steps_run = {Plan(): 0, WORKERS: 0}
+
+    def clock(plan, run_step):
+        run_step()
+        steps_run[plan] += 1
+        return 0.01 if steps_run[plan] % 3 else 0.10  # bursty: two batches ready, then a wait
+
+    base, workers = measure_plans(loader_workload(), [Plan(), WORKERS], warmup=1, steps=6, clock=clock)
+    # Warm-up: 1 + 2 workers x prefetch 3 = 7 steps, for every plan (the guard compares final parameters).
+    assert steps_run == {Plan(): 7 + 6, WORKERS: 7 + 6}
+    assert workers.step_seconds == pytest.approx(statistics.fmean(workers.step_times)) == pytest.approx(0.04)
+    assert workers.loss_rel_diff == 0.0 and workers.param_rel_diff == 0.0  # same batches, same maths
