@@ -38,3 +38,17 @@ def test_plans_with_workers_warm_up_past_the_prefetched_batches_and_report_the_m
     assert steps_run == {Plan(): 7 + 6, WORKERS: 7 + 6}
     assert workers.step_seconds == pytest.approx(statistics.fmean(workers.step_times)) == pytest.approx(0.04)
     assert workers.loss_rel_diff == 0.0 and workers.param_rel_diff == 0.0  # same batches, same maths
+
+
+def test_losses_and_parameters_are_compared_over_the_first_compare_steps_only():
+    from torchsmith.plan import Autocast
+
+    w = loader_workload()
+    bf16 = Plan(precision=Autocast(dtype="bfloat16"))
+    short = measure_plans(w, [Plan(), bf16], warmup=0, steps=4, measure_memory=False)[1]
+    long = measure_plans(w, [Plan(), bf16], warmup=0, steps=40, measure_memory=False, compare_steps=4)[1]
+    assert len(long.losses) == 40
+    # The same 4 steps compared: the 36 later ones do not move the figures.
+    assert long.loss_rel_diff == short.loss_rel_diff and long.param_rel_diff == pytest.approx(short.param_rel_diff)
+    assert measure_plans(w, [Plan(), bf16], warmup=0, steps=40, measure_memory=False)[1].param_rel_diff \
+        != pytest.approx(short.param_rel_diff)

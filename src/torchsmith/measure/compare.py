@@ -101,9 +101,11 @@ def _threads(plan: Plan) -> Iterator[None]:
 def measure_plans(workload: Workload, plans: Sequence[Plan], *, warmup: int = 2, steps: int = 6,
                   device: str | torch.device | None = None, reference: int = 0, measure_memory: bool = True,
                   clock: StepTimer = wall_clock, on_step: Callable[[int, int], None] | None = None,
-                  ) -> list[PlanMeasurement]:
+                  compare_steps: int | None = None) -> list[PlanMeasurement]:
     """Measure ``plans`` over ``warmup + steps`` steps each; compare to ``plans[reference]``.
 
+    Losses and parameters are compared over the first ``compare_steps`` steps (None: all of
+    them), so the comparison's horizon does not grow with the steps that timing needs.
     A plan that fails to apply or to run is returned with ``error`` set; the others go on.
     ``on_step(done, total)`` reports progress.
     """
@@ -112,7 +114,7 @@ def measure_plans(workload: Workload, plans: Sequence[Plan], *, warmup: int = 2,
     if not interleave:  # every plan runs the same steps: the guard compares their final parameters
         warmup += max(_prefetch_depth(plan) for plan in plans)
     total_steps = warmup + steps
-    states = [_State.build(workload, plan, device) for plan in plans]
+    states = [_State.build(workload, plan, device, compare_steps) for plan in plans]
     # Interleaved rounds rotate which plan goes first, so no plan always follows the same neighbour.
     rounds = ([states[i % len(states):] + states[:i % len(states)] for i in range(total_steps)] if interleave
               else [[s] * total_steps for s in states])
@@ -185,12 +187,15 @@ class _State:
     first_batch: Any = None
     losses: list[torch.Tensor] = field(default_factory=list)
     times: list[float] = field(default_factory=list)
+    compare_steps: int | None = None
+    compared: list[torch.Tensor] | None = None
+    """The parameters after ``compare_steps`` steps, when that is fewer than the steps run."""
     peak: int | None = None
     error: str | None = None
     _close: Callable[[], None] | None = None
 
     @classmethod
-    def build(cls, workload: Workload, plan: Plan, device: torch.device) -> "_State":
+    def build(cls, workload: Workload, plan: Plan, device: torch.device, compare_steps: int | None = None) -> "_State":
         from torchsmith.transforms.loader import apply_loader
 
         try:
@@ -201,7 +206,7 @@ class _State:
             return cls(plan, None, [], error=_describe(err))
         initial = [p.detach().clone() for p in step_fn.model.parameters()]
         return cls(plan, step_fn, initial, rng=torch.get_rng_state(), batches=_cycle(workload, source),
-                   _close=loader_change.revert)
+                   compare_steps=compare_steps, _close=loader_change.revert)
 
     def step(self, clock: StepTimer) -> None:
         if self.error is not None:
@@ -213,6 +218,8 @@ class _State:
             if self.first_batch is None:
                 self.first_batch = batch
             self.losses.append(self.step_fn(batch))
+            if len(self.losses) == self.compare_steps:
+                self.compared = [p.detach().clone() for p in self.step_fn.model.parameters()]
 
         try:
             with _threads(self.plan), _own_rng(self):
@@ -235,6 +242,9 @@ class _State:
         except Exception as err:
             self.error = _describe(err)
 
+    def params_compared(self) -> list[torch.Tensor]:
+        return self.compared if self.compared is not None else list(self.step_fn.model.parameters())
+
     def close(self) -> None:
         """Stop this plan's DataLoader workers, if any."""
         if self._close is not None:
@@ -249,8 +259,9 @@ class _State:
         loss_diff = param_diff = None
         if ref.error is None and ref.losses:
             ref_losses = torch.stack(ref.losses).float().tolist()
-            loss_diff = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses, ref_losses))
-            param_diff = _param_rel_diff(self.step_fn, ref.step_fn, ref.initial)
+            horizon = self.compare_steps or len(losses)
+            loss_diff = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses[:horizon], ref_losses))
+            param_diff = _param_rel_diff(self.params_compared(), ref.params_compared(), ref.initial)
         return PlanMeasurement(
             plan=self.plan, step_seconds=summary(timed), step_times=timed,
             first_step_seconds=self.times[0], peak_memory_bytes=self.peak, losses=losses,
@@ -258,10 +269,10 @@ class _State:
         )
 
 
-def _param_rel_diff(a: Step, b: Step, initial: list[torch.Tensor]) -> float:
-    """Distance between two runs' parameters, relative to the distance training moved them."""
+def _param_rel_diff(a: list[torch.Tensor], b: list[torch.Tensor], initial: list[torch.Tensor]) -> float:
+    """Distance between two runs' parameters, relative to the distance training moved ``b``'s."""
     diff = moved = 0.0
-    for pa, pb, p0 in zip(a.model.parameters(), b.model.parameters(), initial):
+    for pa, pb, p0 in zip(a, b, initial):
         pa, pb = pa.detach().float(), pb.detach().float()
         diff += (pa - pb).pow(2).sum().item()
         moved += (pb - p0.float()).pow(2).sum().item()

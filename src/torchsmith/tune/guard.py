@@ -15,8 +15,12 @@ class GuardConfig:
     """Largest allowed |loss - baseline loss| / |baseline loss| at any measured step. Plans that
     only reorder float sums differ by ~1e-6; bf16 autocast typically by 1e-3 to 1e-2."""
     param_rtol: float = 0.15
-    """Largest allowed ||params - baseline params|| / ||baseline params - initial params|| after the
-    measured steps: the final parameters' distance, relative to how far training moved them."""
+    """Largest allowed ||params - baseline params|| / ||baseline params - initial params|| after
+    ``steps`` steps: the parameters' distance, relative to how far training moved them."""
+    steps: int = 14
+    """Steps compared, from the first (warm-up included). Fixed, because two runs that round
+    differently drift apart as training goes on: a fast workload timed over hundreds of steps
+    must not face a stricter guard than a slow one timed over a dozen."""
 
 
 def guard_rejection(m: PlanMeasurement, cfg: GuardConfig) -> str | None:

@@ -125,7 +125,7 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
         plans = [Plan()] + ([best] if best != Plan() else []) + [best.replace(**m) for m in moves]
         began = time.perf_counter()
         ms = measure_plans(workload, plans, warmup=warmup, steps=steps, device=dev, clock=clock,
-                           on_step=lambda i, n: report(dim.name, len(plans) * i / n))
+                           compare_steps=guard.steps, on_step=lambda i, n: report(dim.name, len(plans) * i / n))
         spent_measuring += time.perf_counter() - began
         plan_steps += len(plans) * (warmup + steps)
         done += len(plans)
@@ -157,7 +157,7 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
     # Proof: the winner against the baseline, side by side, with more steps than the search used.
     done = total - 2
     report("proof")
-    proof, best, base_c, best_c, notes = _prove(workload, best, dev, warmup, max(steps, 6), clock, memory_limit)
+    proof, best, base_c, best_c, notes = _prove(workload, best, dev, warmup, max(steps, 6), clock, memory_limit, guard)
     baseline_mfu, best_mfu = _mfu(workload, dev, base_c, best_c, best)
     done = total
     report("done")
@@ -198,11 +198,11 @@ def _calibrate(workload: Workload, dev, speed_dims: list[Dimension], budget_seco
 
 
 def _prove(workload: Workload, best: Plan, dev, warmup: int, steps: int, clock: StepTimer,
-           memory_limit: int | None):
+           memory_limit: int | None, guard: GuardConfig):
     """Re-measure ``best`` beside the baseline; fall back to the baseline if it is not faster there
     (unless the baseline breaks the memory limit: then it is no option)."""
     proof = measure_plans(workload, [Plan(), best] if best != Plan() else [Plan()], warmup=warmup,
-                          steps=steps, device=dev, clock=clock)
+                          steps=steps, device=dev, clock=clock, compare_steps=guard.steps)
     base_c = Candidate.from_measurement(proof[0], proof[0], "baseline", "baseline")
     best_c = Candidate.from_measurement(proof[-1], proof[0], "best", "accepted")
     notes = []
@@ -277,7 +277,7 @@ def _second_look(workload: Workload, best: Plan, variants: list[tuple[str, Plan]
                  best_speedup: float | None) -> tuple[Plan, float | None]:
     """Switch to the fastest variant if it beats ``best`` by more than the noise margin."""
     ms = measure_plans(workload, [Plan(), best, *(v for _, v in variants)], warmup=warmup, steps=steps,
-                       device=dev, clock=clock)
+                       device=dev, clock=clock, compare_steps=guard.steps)
     base_m, best_m = ms[0], ms[1]
     fastest, label = best_m, ""
     for (what, _), m in zip(variants, ms[2:]):
