@@ -42,8 +42,11 @@ def _machine_lines(report: TipsReport) -> list[str]:
     if m.cuda_device:
         lines.append(f"GPU: {m.cuda_device} (compute capability {m.cuda_capability})")
     if report.load_average:
-        lines.append(f"1-min load average: {report.load_average[0]:.1f} before, {report.load_average[1]:.1f} after "
-                     f"(on {m.logical_cores} cores: other processes were competing for them)")
+        before, after = report.load_average
+        # "after" counts this benchmark's own threads; only the load before it says who else was there.
+        why = ("other processes were competing for them" if before > 0.5 * m.logical_cores
+               else "quiet before the run; the load after includes the benchmark's own threads")
+        lines.append(f"1-min load average: {before:.1f} before, {after:.1f} after (on {m.logical_cores} cores: {why})")
     return lines
 
 
