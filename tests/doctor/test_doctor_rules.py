@@ -89,3 +89,13 @@ def test_memory_rule_needs_dominant_activations():
 def test_registering_a_rule_id_twice_is_refused():
     with pytest.raises(ValueError, match="registered twice"):
         rule("data-bound", "again")(lambda ctx: None)
+
+
+@pytest.mark.parametrize("share, workers, threads", [(0.3, 2, None), (0.7, 4, 1)])
+def test_data_bound_on_cpu_leaves_the_workers_their_cores_when_data_is_most_of_the_step(share, workers, threads):
+    # 4 cores; workers: enough to load ahead of the compute (ceil(data / compute) + 1), at most one per core.
+    found = diagnose(DoctorContext(_analysis(data=share, forward=0.2), _facts(), "workload", Plan()))
+    finding = next(f for f in found if f.rule == "data-bound")
+    assert finding.verify_plan.loader.num_workers == workers
+    assert finding.verify_plan.threads.intra_op == threads
+    assert ("torch.set_num_threads(1)" in finding.fix) is (threads is not None)

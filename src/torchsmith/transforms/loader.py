@@ -61,7 +61,12 @@ def _companions(device: DeviceInfo, cfg: LoaderConfig) -> list[dict[str, Any]]:
     knob at a time never reaches the pair."""
     if device.type != "cpu" or not cfg.num_workers:
         return []
-    return [{"threads": Threads(intra_op=max(1, device.cores - cfg.num_workers))}]
+    return [{"threads": Threads(intra_op=threads_beside_workers(device.cores, cfg.num_workers))}]
+
+
+def threads_beside_workers(cores: int, workers: int) -> int:
+    """Trainer intra-op threads that leave one core to each DataLoader worker (at least one)."""
+    return max(1, cores - workers)
 
 
 register(TransformInfo(
