@@ -27,7 +27,7 @@ def render_tune_html(r: TuneResult) -> str:
         f"<div>baseline<b>{fmt_rate(r.throughput(r.baseline), unit)}</b></div>"
         f"<div>tuned<b>{fmt_rate(r.throughput(r.best), unit)}</b></div>"
         f"<div>peak memory<b>{fmt_bytes(r.best.peak_memory_bytes)}</b>vs {fmt_bytes(r.baseline.peak_memory_bytes)}</div>"
-        + (f"<div>MFU<b>{r.best_mfu:.0%}</b>vs {r.baseline_mfu:.0%}, of the measured matmul peak</div>"
+        + (f"<div>MFU<b>{r.best_mfu:.0%}</b>vs {r.baseline_mfu:.0%} as written; of the measured matmul peak of each plan's dtype</div>"
            if r.baseline_mfu is not None and r.best_mfu is not None else "")
         + f"<div>search time<b>{r.elapsed_seconds:.0f} s</b>budget {r.budget_seconds:.0f} s</div></div>"
     )

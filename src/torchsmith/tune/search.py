@@ -78,7 +78,8 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
                             f"searchable here: {', '.join(d.name for d in dims)}.")
         dims = [d for d in dims if d.name in knobs]
     candidates: list[Candidate] = []
-    dims = _applicable(workload, dims, dev, candidates)
+    not_applicable: list[Candidate] = []  # listed after the measured ones
+    dims = _applicable(workload, dims, dev, not_applicable)
     speed_dims = [d for d in dims if not d.saves_memory]
     total = 2 + sum(len(d.moves()) + 2 for d in dims) + 2
 
@@ -132,8 +133,8 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
         base_m = ms[0]
         if base_m.error:
             raise TuneError(f"the baseline of {workload.name} failed while measuring {dim.name}: {base_m.error}")
-        if not any(c.status == "baseline" for c in candidates):
-            candidates.insert(0, Candidate.from_measurement(base_m, base_m, "baseline", "baseline", change="as written"))
+        if not candidates:
+            candidates.append(Candidate.from_measurement(base_m, base_m, "baseline", "baseline", change="as written"))
         best_m = ms[1] if best != Plan() else ms[0]
         winner, close = _choose(dim, moves, ms[len(plans) - len(moves):], best_m, base_m, guard, memory_limit,
                                 candidates)
@@ -162,7 +163,7 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
     done = total
     report("done")
     return TuneResult(
-        workload=workload.name, plan=best, baseline=base_c, best=best_c, candidates=candidates,
+        workload=workload.name, plan=best, baseline=base_c, best=best_c, candidates=candidates + not_applicable,
         throughput_unit=workload.throughput_unit[0] + "/s", items_per_step=workload.throughput_unit[1],
         budget_seconds=budget_seconds, elapsed_seconds=time.perf_counter() - start,
         memory_limit_bytes=memory_limit, guard=guard, fingerprint=machine_fingerprint(), device=str(dev),
