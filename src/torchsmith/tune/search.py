@@ -1,18 +1,22 @@
 """Greedy, measured search for the fastest plan that keeps the loss.
 
 The search walks the knobs one at a time (coordinate descent). For each knob it measures
-every candidate value on top of the best plan so far, interleaved in one run beside the
-as-written baseline and the current best. A candidate wins only if it
+every candidate (a value, or a value with a companion change its transform proposes) on top
+of the best plan so far, interleaved in one run beside the as-written baseline and the
+current best. Candidates that refuse the workload are found first, by building a model, and
+never measured. The fastest candidate that
 
 1. runs (a refused transform, an OOM or a failed compile is recorded, and the search goes on),
 2. passes the numerical guard against the baseline (same seed, same batches),
 3. fits the memory limit, and
-4. is faster than the current best by more than the noise margin.
+4. is faster than the current best by more than the noise margin
 
-Memory-saving knobs (checkpointing, micro-batching, ...) cost speed, so they are tried only
-when the best plan does not fit the memory limit; then the fastest plan that fits wins.
-Finally the winner is re-measured against the baseline; if it is not faster there, the
-as-written plan is returned: the tuner never hands back a regression.
+replaces the current best. Memory-saving knobs (checkpointing, micro-batching, ...) cost
+speed, so they are tried only when the best plan does not fit the memory limit; then the
+fastest plan that fits wins. A second look measures the best plan beside its variants
+(without each kept knob; with each close call instead of its knob's winner), since knobs
+interact. Finally the winner is re-measured against the baseline; if it is not faster there,
+the as-written plan is returned: the tuner never hands back a regression.
 """
 
 from __future__ import annotations
