@@ -218,14 +218,15 @@ class _State:
             if self.first_batch is None:
                 self.first_batch = batch
             self.losses.append(self.step_fn(batch))
-            if len(self.losses) == self.compare_steps:
-                self.compared = [p.detach().clone() for p in self.step_fn.model.parameters()]
 
         try:
             with _threads(self.plan), _own_rng(self):
                 self.times.append(clock(self.plan, one_step))
         except Exception as err:
             self.error = _describe(err)
+            return
+        if len(self.losses) == self.compare_steps:  # outside the clock: a copy is not part of the step
+            self.compared = [p.detach().clone() for p in self.step_fn.model.parameters()]
 
     def measure_peak(self, device: torch.device) -> None:
         if self.error is not None or self.first_batch is None:
