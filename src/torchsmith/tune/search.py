@@ -312,17 +312,18 @@ def _choose(dim: Dimension, moves: list[dict[str, Any]], measured: list[PlanMeas
     verdicts: list[Candidate | None] = []
     for i, (move, m) in enumerate(zip(moves, measured)):
         change = _describe(move)
-        reason = None if m.error else guard_rejection(m, guard)
         if m.error:
             status = "n/a" if m.error.startswith("TransformError") else "failed"
             verdicts.append(Candidate.from_measurement(m, base, dim.name, status, m.error, change))
-        elif reason is None and not _fits(m, memory_limit):
+            continue
+        reason = guard_rejection(m, guard)
+        if reason is None and not _fits(m, memory_limit):
             reason = f"peak memory {m.peak_memory_bytes / 2**20:.1f} MiB exceeds the limit {memory_limit / 2**20:.1f} MiB"
-        if reason and not m.error:
+        if reason:
             verdicts.append(Candidate.from_measurement(m, base, dim.name, "rejected", reason, change))
-        elif not m.error:
-            verdicts.append(None)
-            passed.append((i, m))
+            continue
+        verdicts.append(None)  # passed: judged below, against the fastest
+        passed.append((i, m))
     winner: Candidate | None = None
     close: list[dict[str, Any]] = []
     if passed:
