@@ -3,6 +3,7 @@
 Tunes the loader and thread knobs and re-measures the tuned plan against the as-written
 one, one after the other (plans with workers are not interleaved). Target: >= 1.5x where
 the workload is data-bound; the breakdown printed first says whether it is, on this machine.
+Also prints why the pair matters: fewer trainer threads alone, workers alone, and both.
 
     PYTHONPATH=src .venv/bin/python benchmarks/tune_data_bound.py [--budget 4m]
 """
@@ -13,7 +14,7 @@ import argparse
 
 import torchsmith
 from torchsmith.measure.compare import measure_plans
-from torchsmith.plan import Plan
+from torchsmith.plan import LoaderConfig, Plan, Threads
 
 
 def main() -> None:
@@ -25,6 +26,12 @@ def main() -> None:
     run = torchsmith.run(w, steps=args.steps)
     share = run.phases.median["data"] / max(run.phases.step_median, 1e-9)
     print(f"cnn-mini as written: data wait {share:.0%} of the step ({'data-bound' if share > 0.1 else 'not data-bound'})")
+    # Workers and the trainer's threads share the cores: each alone, then together.
+    one_thread, workers = Threads(intra_op=1), LoaderConfig(num_workers=2, persistent_workers=True)
+    pairs = {"1 trainer thread": Plan(threads=one_thread), "2 workers": Plan(loader=workers),
+             "2 workers + 1 trainer thread": Plan(threads=one_thread, loader=workers)}
+    base, *ms = measure_plans(w, [Plan(), *pairs.values()], steps=args.steps, measure_memory=False)
+    print("  " + ", ".join(f"{name} {base.step_seconds / m.step_seconds:.2f}x" for name, m in zip(pairs, ms)))
     result = torchsmith.tune(w, budget=args.budget, knobs=["threads", "loader"])
     base, tuned = measure_plans(w, [Plan(), result.plan], steps=args.steps, measure_memory=False)
     print(f"tuned plan: {result.plan.describe()}  ({result.speedup or 1:.2f}x in the tuner's proof)")

@@ -137,8 +137,8 @@ def data_bound(ctx: DoctorContext) -> Finding | None:
            f"                    num_workers={workers}, persistent_workers=True, prefetch_factor=4,\n"
            f"                    pin_memory={pin}\n")
     # On a CPU the workers decode on the cores the trainer's threads compute on. When data is
-    # most of the step, leave the workers their cores (2 cores, cnn-mini at 70% data wait:
-    # 2 workers alone 1.2x, with 1 trainer thread 1.8-2.1x).
+    # most of the step, leave the workers their cores (benchmarks/tune_data_bound.py, 2 cores,
+    # cnn-mini at 72% data wait: 2 workers alone 0.99x, with 1 trainer thread 1.54x).
     threads = None
     if ctx.on_cpu and share >= 0.5:
         threads = threads_beside_workers(ctx.facts.threads.get("cores", 2), workers)

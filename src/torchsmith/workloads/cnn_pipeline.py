@@ -13,7 +13,7 @@ batch of 64 costs about 35 ms on one core of the 2-core development CPU, more th
 small network's forward, backward and optimizer step (about 15 ms on both cores), so the
 data wait is about 70% of a step as written. This is the case ``doctor`` flags and
 ``plan.loader`` fixes, by decoding in worker processes while the step runs: there, two
-workers and one trainer thread ran the step 1.8-2.1x faster.
+workers and one trainer thread ran the step 1.54x faster (benchmarks/tune_data_bound.py).
 
 Unlike most user pipelines it is exact: each sample's augmentation draws from its own RNG
 seeded by ``(seed, epoch, index)``, so the batches are identical with any number of workers,
