@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import time
 
 import numpy as np
@@ -175,10 +176,15 @@ def test_cli_pack_verify_tune(tmp_path):
     r = runner.invoke(app, ["data", "pack", str(tmp_path / "a.npy"), str(tmp_path / "s"), "--shard-mb", "0.004"])
     assert r.exit_code == 0 and "packed 500 samples" in r.output, r.output
     assert runner.invoke(app, ["data", "verify", str(tmp_path / "s")]).exit_code == 0
+    quick = ["--batches", "3", "--passes", "1", "--rounds", "1"]
     r = runner.invoke(app, ["data", "tune", str(tmp_path / "s"), "--batch-size", "32", "--out", str(tmp_path / "p.json"),
-                            "--batches", "3", "--passes", "1", "--rounds", "1"])
+                            *quick, "--json"])
+    assert r.exit_code == 0, r.output
+    # Which arguments win is the measurement's call (on 500 tiny samples, often the loader as
+    # written); the plan written must be the one recommended.
+    assert Plan.load(tmp_path / "p.json").loader == LoaderConfig(**json.loads(r.output)["recommended"])
+    r = runner.invoke(app, ["data", "tune", str(tmp_path / "s"), "--batch-size", "32", "--no-write", *quick])
     assert r.exit_code == 0 and "recommended" in r.output, r.output
-    assert Plan.load(tmp_path / "p.json").loader.num_workers is not None
     r = runner.invoke(app, ["data", "tune", str(tmp_path / "s")])
     assert r.exit_code == 2 and "--batch-size" in r.output
     (tmp_path / "s" / "shard_00001.npy").write_bytes(b"\x93NUMPY")
