@@ -114,6 +114,8 @@ def measure_plans(workload: Workload, plans: Sequence[Plan], *, warmup: int = 2,
     if not interleave:  # every plan runs the same steps: the guard compares their final parameters
         warmup += max(_prefetch_depth(plan) for plan in plans)
     total_steps = warmup + steps
+    if compare_steps is not None and compare_steps >= total_steps:
+        compare_steps = None  # every step is compared: the final parameters serve, no copy needed
     states = [_State.build(workload, plan, device, compare_steps) for plan in plans]
     # Interleaved rounds rotate which plan goes first, so no plan always follows the same neighbour.
     rounds = ([states[i % len(states):] + states[:i % len(states)] for i in range(total_steps)] if interleave
