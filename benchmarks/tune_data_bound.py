@@ -25,7 +25,9 @@ def main() -> None:
     w = torchsmith.load_workload("cnn-mini")
     run = torchsmith.run(w, steps=args.steps)
     share = run.phases.median["data"] / max(run.phases.step_median, 1e-9)
-    print(f"cnn-mini as written: data wait {share:.0%} of the step ({'data-bound' if share > 0.1 else 'not data-bound'})")
+    data_ms, step_ms = run.phases.median["data"] * 1e3, run.phases.step_median * 1e3
+    print(f"cnn-mini as written: data wait {data_ms:.0f} ms of a {step_ms:.0f} ms step, {share:.0%} "
+          f"({'data-bound' if share > 0.1 else 'not data-bound'})")
     # Workers and the trainer's threads share the cores: each alone, then together.
     one_thread, workers = Threads(intra_op=1), LoaderConfig(num_workers=2, persistent_workers=True)
     pairs = {"1 trainer thread": Plan(threads=one_thread), "2 workers": Plan(loader=workers),
