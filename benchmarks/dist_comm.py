@@ -4,7 +4,7 @@
 
 Starts one torchrun job (2 CPU workers) per workload. Each worker trains every strategy for
 a few steps on the same global batches and counts the collectives a step issues
-(torchsmith.dist.commcount), then rank 0 prints bytes per step as multiples of the model's
+(torchsmith.distributed.commcount), then rank 0 prints bytes per step as multiples of the model's
 parameter bytes P, and the per-rank optimizer state. Step times are printed too, but on a
 shared 2-core machine they are noise-prone: read the ratios, not the seconds.
 """
@@ -27,9 +27,9 @@ def worker(spec: str, out: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from torchsmith.dist.commcount import CommStats, count_collectives, observe_ddp
-    from torchsmith.dist.runtime import init_from_env, shard_batch
-    from torchsmith.dist.zero1 import optimizer_state_bytes
+    from torchsmith.distributed.commcount import CommStats, count_collectives, observe_ddp
+    from torchsmith.distributed.runtime import init_from_env, shard_batch
+    from torchsmith.distributed.zero1 import optimizer_state_bytes
     from torchsmith.engine.loop import build_step
     from torchsmith.plan import Plan
     from torchsmith.workload import load_workload
@@ -67,7 +67,7 @@ def main(specs: list[str]) -> None:
     import os
     import subprocess
 
-    from torchsmith.dist.launch import LaunchConfig, build_command
+    from torchsmith.distributed.launch import LaunchConfig, build_command
 
     for spec in specs:
         with tempfile.TemporaryDirectory() as tmp:

@@ -16,7 +16,7 @@ import time
 import torch
 
 import torchsmith
-from torchsmith.engine.loop import seed_everything
+from torchsmith.seeding import seed_everything
 from torchsmith.workloads import gpt_mini
 
 

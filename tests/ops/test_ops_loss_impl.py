@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from torchsmith.engine.parts import StepParts
+from torchsmith.transforms.parts import StepParts
 from torchsmith.engine.step import prepare
 from torchsmith.measure.memory import track_peak_memory
 from torchsmith.plan import Autocast, BF16Params, CompressSaved, LossImpl, MicroBatching, Plan

@@ -10,7 +10,7 @@ import torch
 from torch._dynamo.backends.common import aot_autograd
 
 from torchsmith.engine.loop import run
-from torchsmith.engine.parts import StepParts
+from torchsmith.transforms.parts import StepParts
 from torchsmith.engine.step import train_step
 from torchsmith.plan import Compile, Plan
 from torchsmith.transforms.compile import apply_compile

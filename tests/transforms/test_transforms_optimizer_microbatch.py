@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torchsmith.engine.parts import StepParts
+from torchsmith.transforms.parts import StepParts
 from torchsmith.engine.step import train_step
 from torchsmith.measure.memory import track_peak_memory
 from torchsmith.plan import MicroBatching, OptimizerImpl

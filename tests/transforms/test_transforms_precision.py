@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from torchsmith.engine.loop import run
-from torchsmith.engine.parts import StepParts
+from torchsmith.transforms.parts import StepParts
 from torchsmith.engine.step import train_step
 from torchsmith.plan import FP32, Autocast, BF16Params, Plan
 from torchsmith.transforms.base import TransformError

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from torchsmith.engine.parts import StepParts
+from torchsmith.transforms.parts import StepParts
 from torchsmith.engine.step import train_step
 from torchsmith.plan import (
     Autocast, BF16Params, CheckpointBlocks, Compile, CompressSaved, InPlace, LossImpl, MemoryFormat, MicroBatching,

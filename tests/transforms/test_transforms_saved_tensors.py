@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from torchsmith.engine.parts import StepParts
+from torchsmith.transforms.parts import StepParts
 from torchsmith.measure.memory import track_peak_memory
 from torchsmith.plan import CompressSaved, OffloadSaved
 from torchsmith.transforms.base import TransformError

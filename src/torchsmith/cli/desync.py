@@ -23,9 +23,9 @@ def desync_command(
 
     Run it under torchrun: torchsmith launch --nproc-per-node 2 -- debug desync mlp --steps 5
     """
-    from torchsmith.dist.desync import check_desync
-    from torchsmith.dist.runtime import under_torchrun
-    from torchsmith.dist.session import DistSession
+    from torchsmith.distributed.desync import check_desync
+    from torchsmith.distributed.runtime import under_torchrun
+    from torchsmith.distributed.session import DistSession
     from torchsmith.engine.loop import build_step, resolve_device
     from torchsmith.plan import Plan
     from torchsmith.report.console import console

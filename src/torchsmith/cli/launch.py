@@ -26,7 +26,7 @@ def launch_command(
 
     Example: torchsmith launch --nproc-per-node 2 --max-restarts 3 -- run mlp --steps 200 --checkpoint-dir ckpt --resume
     """
-    from torchsmith.dist.launch import LaunchConfig, build_command, run_command
+    from torchsmith.distributed.launch import LaunchConfig, build_command, run_command
     from torchsmith.report.console import console
     from torchsmith.report.dist import render_launch
 

@@ -25,7 +25,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, default_collate
 
 from torchsmith.data.sampler import ResumableSampler
 from torchsmith.plan import LoaderConfig
-from torchsmith.workloads._batches import derive_seed
+from torchsmith.seeding import derive_seed
 
 STREAM_LOADER = 12
 

@@ -26,10 +26,10 @@ from typing import Any, Iterator
 import torch
 from torch.utils.data import Sampler
 
-from torchsmith.workloads._batches import derive_seed
+from torchsmith.seeding import derive_seed
 
 STREAM_SAMPLER = 11
-"""Random stream id for the epoch order (see ``workloads._batches.derive_seed``)."""
+"""Random stream id for the epoch order (see ``seeding.derive_seed``)."""
 
 
 class ResumableSampler(Sampler):

@@ -37,7 +37,8 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from torchsmith.dist.runtime import any_rank
+from torchsmith.distributed.runtime import any_rank
+from torchsmith.seeding import rng_state, set_rng_state
 from torchsmith.transforms.base import Change
 
 OUTSIDE = "(outside the model)"
@@ -209,8 +210,8 @@ def replay(model: nn.Module, fn: Callable[[], Any], rng: dict[str, Any]) -> Find
     params = list(model.parameters())
     grads = [p.grad for p in params]
     buffers = [b.detach().clone() for b in model.buffers()]  # e.g. BatchNorm running stats
-    after = _rng_state()
-    _set_rng_state(rng)
+    after = rng_state()
+    set_rng_state(rng)
     for p in params:
         p.grad = None
     try:
@@ -221,20 +222,7 @@ def replay(model: nn.Module, fn: Callable[[], Any], rng: dict[str, Any]) -> Find
         with torch.no_grad():
             for b, saved in zip(model.buffers(), buffers):
                 b.copy_(saved)
-        _set_rng_state(after)
-
-
-def _rng_state() -> dict[str, Any]:
-    state = {"cpu": torch.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["cpu"])
-    if "cuda" in state:
-        torch.cuda.set_rng_state_all(state["cuda"])
+        set_rng_state(after)
 
 
 # --- the sentinel for your own loop ---------------------------------------------------
@@ -293,7 +281,7 @@ class NaNSentinel:
 
     def watch(self, fn: Callable[[], Any]) -> Finding | None:
         """Run one step's forward+backward ``fn``; on a non-finite value, the op-level Finding."""
-        rng = _rng_state()
+        rng = rng_state()
         out = fn()
         found = self.check(out if isinstance(out, torch.Tensor) else None)
         if found is None:
@@ -346,7 +334,7 @@ class NonFiniteGuard:
     def start(self) -> None:
         """Snapshot the RNG before the step, so a bad step replays with the same dropout masks."""
         self.step += 1
-        self._rng = _rng_state()
+        self._rng = rng_state()
 
     def step_ok(self, model: nn.Module, loss: torch.Tensor, replay_step: Callable[[], Any],
                 check_grads: bool = True, params: list[torch.Tensor] | None = None) -> bool:

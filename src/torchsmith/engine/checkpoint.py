@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import os
 import pickle
-import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from torchsmith.atomic import atomic_file
@@ -105,35 +103,3 @@ def load_latest_checkpoint(directory: str | os.PathLike) -> LoadedCheckpoint | N
         reasons = "\n".join(f"  {p}: {r}" for p, r in skipped)
         raise CheckpointError(f"no usable checkpoint in {directory}; every one failed to load:\n{reasons}")
     return None
-
-
-def rng_state() -> dict[str, Any]:
-    """Every RNG a training step may draw from, as tensors and plain types (weights_only-safe)."""
-    np_state = np.random.get_state()
-    state = {
-        "torch": torch.get_rng_state(),
-        "python": _to_lists(random.getstate()),
-        "numpy": {"key": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2]),
-                  "has_gauss": int(np_state[3]), "cached_gaussian": float(np_state[4])},
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate(_to_tuples(state["python"]))
-    np_state = state["numpy"]
-    np.random.set_state(("MT19937", np_state["key"].numpy().astype(np.uint32), np_state["pos"],
-                         np_state["has_gauss"], np_state["cached_gaussian"]))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def _to_lists(value: Any) -> Any:
-    return [_to_lists(v) for v in value] if isinstance(value, (tuple, list)) else value
-
-
-def _to_tuples(value: Any) -> Any:
-    return tuple(_to_tuples(v) for v in value) if isinstance(value, list) else value

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from torchsmith.debug.nan_sentinel import apply_nonfinite
 from torchsmith.debug.oom import apply_auto_microbatch
-from torchsmith.dist.strategy import apply_parallel
-from torchsmith.engine.parts import StepParts
+from torchsmith.distributed.strategy import apply_parallel
+from torchsmith.transforms.parts import StepParts
 from torchsmith.plan import Plan
 from torchsmith.transforms.base import Change
 from torchsmith.transforms.checkpointing import apply_checkpointing

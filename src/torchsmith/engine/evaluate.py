@@ -8,7 +8,7 @@ from typing import Any, Iterable
 import torch
 from torch import nn
 
-from torchsmith.engine.parts import LossFn
+from torchsmith.transforms.parts import LossFn
 
 
 def evaluate(model: nn.Module, batches: Iterable[Any], loss_fn: LossFn, device: torch.device,

@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
-import random
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import numpy as np
 import torch
 
 from torchsmith.engine.checkpoint import (
-    load_latest_checkpoint, prune_checkpoints, rng_state, save_checkpoint, set_rng_state,
+    load_latest_checkpoint, prune_checkpoints, save_checkpoint,
 )
-from torchsmith.dist.session import DistSession
+from torchsmith.distributed.session import DistSession
 from torchsmith.engine.evaluate import evaluate
 from torchsmith.engine.step import Step, prepare
 from torchsmith.measure.timing import PhaseSummary, PhaseTimer
 from torchsmith.plan import Plan
+from torchsmith.seeding import rng_state, seed_everything, set_rng_state
 from torchsmith.transforms.loader import apply_loader
 from torchsmith.workload import Workload
 
@@ -86,12 +85,6 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     return torch.device(device)
 
 
-def seed_everything(seed: int) -> None:
-    torch.manual_seed(seed)
-    random.seed(seed)
-    np.random.seed(seed)
-
-
 def build_step(workload: Workload, plan: Plan, device: torch.device) -> Step:
     """Seeded fresh model and optimizer for ``workload``, with ``plan`` applied."""
     seed_everything(workload.seed)
@@ -125,7 +118,7 @@ def run(workload: Workload, plan: Plan | None = None, *, steps: int = 100, eval_
     plan = plan or Plan()
     cb = callbacks or RunCallbacks()
     device = resolve_device(device)
-    # Under torchrun: join the group, DDP by default, batch slices, DCP checkpoints (dist/session.py).
+    # Under torchrun: join the group, DDP by default, batch slices, DCP checkpoints (distributed/session.py).
     distributed = DistSession.from_env(device, checkpoint_dir, keep_last_k=keep_last_k, async_save=async_checkpoint)
     if distributed is not None:
         device, plan = distributed.ctx.device, distributed.plan(plan)
@@ -266,7 +259,7 @@ def _state(step_fn: Step, plan: Plan, position: tuple[int, int], epoch_rng: dict
 
 def _restore(step_fn: Step, state: dict[str, Any]) -> tuple[int, tuple[int, int], dict]:
     parts = step_fn.parts
-    if "model" in state:  # a distributed checkpoint was already loaded in place (dist/checkpoint.py)
+    if "model" in state:  # a distributed checkpoint was already loaded in place (distributed/checkpoint.py)
         parts.model.load_state_dict(state["model"])
         parts.optimizer.load_state_dict(state["optimizer"])
     if parts.scheduler is not None and state.get("scheduler") is not None:

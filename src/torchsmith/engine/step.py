@@ -15,7 +15,7 @@ from torch import nn
 
 from torchsmith.debug.oom import attach_explanation, is_oom, next_microbatches
 from torchsmith.engine.compose import apply_plan
-from torchsmith.engine.parts import LossFn, StepParts
+from torchsmith.transforms.parts import LossFn, StepParts
 from torchsmith.measure.timing import PhaseTimer
 from torchsmith.plan import Plan
 from torchsmith.transforms.base import Change

@@ -36,6 +36,7 @@ import torch
 from torchsmith.engine.loop import build_step, resolve_device
 from torchsmith.engine.step import Step
 from torchsmith.plan import Plan
+from torchsmith.seeding import rng_state, set_rng_state
 from torchsmith.workload import Workload
 
 
@@ -170,13 +171,13 @@ def _cycle(workload: Workload, source: Any) -> Iterator[Any]:
 @contextmanager
 def _own_rng(state: "_State") -> Iterator[None]:
     """Run with this plan's own global-RNG stream, then hand the caller's back."""
-    outer = torch.get_rng_state()
-    torch.set_rng_state(state.rng)
+    outer = rng_state()
+    set_rng_state(state.rng)
     try:
         yield
     finally:
-        state.rng = torch.get_rng_state()
-        torch.set_rng_state(outer)
+        state.rng = rng_state()
+        set_rng_state(outer)
 
 
 @dataclass
@@ -184,7 +185,7 @@ class _State:
     plan: Plan
     step_fn: Step | None
     initial: list[torch.Tensor]
-    rng: torch.Tensor | None = None
+    rng: dict[str, Any] | None = None
     batches: Iterator[Any] | None = None
     first_batch: Any = None
     losses: list[torch.Tensor] = field(default_factory=list)
@@ -207,7 +208,7 @@ class _State:
         except Exception as err:  # refused transform, bad config: recorded, not fatal
             return cls(plan, None, [], error=_describe(err))
         initial = [p.detach().clone() for p in step_fn.model.parameters()]
-        return cls(plan, step_fn, initial, rng=torch.get_rng_state(), batches=_cycle(workload, source),
+        return cls(plan, step_fn, initial, rng=rng_state(), batches=_cycle(workload, source),
                    compare_steps=compare_steps, _close=loader_change.revert)
 
     def step(self, clock: StepTimer) -> None:

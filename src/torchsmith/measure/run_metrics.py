@@ -7,7 +7,8 @@ from typing import Any
 
 import torch
 
-from torchsmith.engine.loop import RunResult, resolve_device, seed_everything
+from torchsmith.engine.loop import RunResult, resolve_device
+from torchsmith.seeding import seed_everything
 from torchsmith.engine.step import to_device
 from torchsmith.measure.flops import count_flops
 from torchsmith.measure.peak import machine_peak_flops, mfu

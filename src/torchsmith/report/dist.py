@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from torchsmith.dist.desync import DesyncReport
+from torchsmith.distributed.desync import DesyncReport
 
 
 def render_launch(cmd: list[str], notes: list[str], console: Console, dry_run: bool = False) -> None:

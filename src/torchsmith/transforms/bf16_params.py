@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from torchsmith.engine.parts import StepParts
+from torchsmith.transforms.parts import StepParts
 from torchsmith.transforms.base import Change, TransformError, mark_applied
 
 LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)

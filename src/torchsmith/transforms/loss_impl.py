@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from torchsmith.engine.parts import LossFn, StepParts
+from torchsmith.transforms.parts import LossFn, StepParts
 from torchsmith.ops.linear_cross_entropy import linear_cross_entropy
 from torchsmith.plan import LossImpl
 from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo, mark_applied, register

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from torchsmith.engine.parts import StepParts
+from torchsmith.transforms.parts import StepParts
 from torchsmith.plan import MicroBatching
 from torchsmith.transforms.base import Change, DeviceInfo, TransformInfo, register
 

@@ -6,7 +6,7 @@ import functools
 
 import torch
 
-from torchsmith.engine.parts import StepParts
+from torchsmith.transforms.parts import StepParts
 from torchsmith.plan import FP32, Autocast, BF16Params, Precision
 from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo, register
 

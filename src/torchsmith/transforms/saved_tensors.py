@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from torchsmith.engine.parts import StepParts
+from torchsmith.transforms.parts import StepParts
 from torchsmith.plan import CompressSaved, KeepSaved, OffloadSaved, SavedTensors
 from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo, register
 

@@ -18,31 +18,13 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
-_MASK64 = (1 << 64) - 1
+from torchsmith.seeding import derive_seed
 
 # Independent random streams per workload, so that e.g. changing the number of
 # training batches does not change the generated data or the validation set.
 STREAM_DATA = 1
 STREAM_TRAIN_ORDER = 2
 STREAM_VAL = 3
-
-
-def derive_seed(*parts: int) -> int:
-    """A stable 63-bit seed from integer parts (splitmix64 mixing; no Python ``hash``).
-
-    >>> derive_seed(0, 2, 1) == derive_seed(0, 2, 1) != derive_seed(0, 2, 2)
-    True
-    """
-    h = 0x243F6A8885A308D3
-    for part in parts:
-        h = (h ^ (int(part) & _MASK64)) & _MASK64
-        h = (h + 0x9E3779B97F4A7C15) & _MASK64
-        z = h
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-        h = z ^ (z >> 31)
-    # 63 bits: always a valid torch.Generator seed.
-    return h >> 1
 
 
 def generator(*parts: int) -> torch.Generator:

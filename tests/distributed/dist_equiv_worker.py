@@ -1,6 +1,6 @@
 """torchrun worker (2 ranks, gloo): strategies against each other, collectives, desync, NaN agreement.
 
-Writes OUT/rank<r>.json; tests/dist/test_dist_strategies.py asserts on it. One launch serves
+Writes OUT/rank<r>.json; tests/distributed/test_dist_strategies.py asserts on it. One launch serves
 every check because starting torchrun and two workers costs most of the time on 2 cores.
 """
 
@@ -18,10 +18,10 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from torchsmith.dist.commcount import CommStats, count_collectives, observe_ddp
-from torchsmith.dist.desync import check_desync
-from torchsmith.dist.runtime import shard_batch, shutdown
-from torchsmith.dist.zero1 import optimizer_state_bytes
+from torchsmith.distributed.commcount import CommStats, count_collectives, observe_ddp
+from torchsmith.distributed.desync import check_desync
+from torchsmith.distributed.runtime import shard_batch, shutdown
+from torchsmith.distributed.zero1 import optimizer_state_bytes
 from torchsmith.engine.loop import build_step
 from torchsmith.plan import DDP, FSDP2, MicroBatching, Plan, Zero1
 from torchsmith.workloads.mlp import mlp_loss, workload as mlp_workload
@@ -80,7 +80,7 @@ def main() -> None:
                                    ("ddp_fp16", fp16_stats)]}
 
     # DCP round trip per strategy: save, load into a fresh step, then one more step on both must agree.
-    from torchsmith.dist.checkpoint import DistCheckpointer
+    from torchsmith.distributed.checkpoint import DistCheckpointer
 
     res["resume"] = {}
     for name, plan, trained in [("ddp", Plan(parallel=DDP()), ddp), ("zero1", Plan(parallel=Zero1()), zero),

@@ -12,7 +12,7 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
-from torchsmith.engine.parts import StepParts
+from torchsmith.transforms.parts import StepParts
 from torchsmith.plan import FSDP2
 from torchsmith.transforms.base import Change, TransformError, mark_applied
 

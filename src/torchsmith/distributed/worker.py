@@ -13,7 +13,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 @record
 def main() -> None:
     from torchsmith.cli import app
-    from torchsmith.dist.runtime import shutdown
+    from torchsmith.distributed.runtime import shutdown
 
     try:
         app()  # typer ends with SystemExit, 0 on success

@@ -42,7 +42,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from torchsmith.atomic import atomic_write_text
-from torchsmith.engine.parts import StepParts
+from torchsmith.transforms.parts import StepParts
 
 MARKER = "COMMITTED"
 _STEP = re.compile(r"^step_(\d{8})$")

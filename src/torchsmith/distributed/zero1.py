@@ -12,8 +12,8 @@ import inspect
 import torch
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
-from torchsmith.dist.ddp import apply_ddp
-from torchsmith.engine.parts import StepParts
+from torchsmith.distributed.ddp import apply_ddp
+from torchsmith.transforms.parts import StepParts
 from torchsmith.plan import DDP, Zero1
 from torchsmith.transforms.base import Change, TransformError
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from dist_helpers import HERE, torchrun
-from torchsmith.dist.checkpoint import load_model_tensors
+from torchsmith.distributed.checkpoint import load_model_tensors
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 STEPS = 8
@@ -92,7 +92,7 @@ def test_a_two_rank_checkpoint_loads_into_one_rank(reference, tmp_path):
     import torch.distributed as dist
 
     from dist_fault_workload import workload
-    from torchsmith.dist.checkpoint import DistCheckpointer
+    from torchsmith.distributed.checkpoint import DistCheckpointer
     from torchsmith.engine.loop import build_step
     from torchsmith.plan import Plan
 

@@ -46,7 +46,7 @@ def workload():
     w.name = "mlp-faults"
     kill_in_save = _env("TS_KILL_IN_SAVE")
     if kill_in_save is not None and rank == 0 and _first_attempt():
-        import torchsmith.dist.checkpoint as ckpt
+        import torchsmith.distributed.checkpoint as ckpt
 
         original = ckpt.commit
 

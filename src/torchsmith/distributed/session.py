@@ -3,7 +3,7 @@
 * the plan's ``parallel`` is ``Single()`` by default; under torchrun with more than one
   rank that would train independent replicas, so it becomes ``DDP()``;
 * every rank reads the same global batches and trains on its own slice of each;
-* checkpoints are DCP step directories (:mod:`torchsmith.dist.checkpoint`), with this
+* checkpoints are DCP step directories (:mod:`torchsmith.distributed.checkpoint`), with this
   rank's RNG states and the (shared) data position;
 * the reported losses are the mean over ranks: the loss of the global batch.
 
@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
-from torchsmith.dist.checkpoint import DistCheckpointer, DistLoaded
-from torchsmith.dist.runtime import DistContext, init_from_env, mean_over_ranks, shard_batch
-from torchsmith.engine.checkpoint import rng_state
+from torchsmith.distributed.checkpoint import DistCheckpointer, DistLoaded
+from torchsmith.distributed.runtime import DistContext, init_from_env, mean_over_ranks, shard_batch
+from torchsmith.seeding import rng_state
 from torchsmith.plan import DDP, Plan, Single
 
 

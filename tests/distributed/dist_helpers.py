@@ -7,7 +7,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from torchsmith.dist.launch import LaunchConfig, build_command
+from torchsmith.distributed.launch import LaunchConfig, build_command
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

@@ -46,7 +46,7 @@ def main() -> None:
     }
     Path(a.out).mkdir(parents=True, exist_ok=True)
     (Path(a.out) / f"rank{rank}_attempt{attempt}.json").write_text(json.dumps(out))
-    from torchsmith.dist.runtime import shutdown
+    from torchsmith.distributed.runtime import shutdown
 
     shutdown()
 

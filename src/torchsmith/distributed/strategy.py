@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from torchsmith.dist.ddp import apply_ddp
-from torchsmith.dist.fsdp2 import apply_fsdp2
-from torchsmith.dist.zero1 import apply_zero1
-from torchsmith.engine.parts import StepParts
+from torchsmith.distributed.ddp import apply_ddp
+from torchsmith.distributed.fsdp2 import apply_fsdp2
+from torchsmith.distributed.zero1 import apply_zero1
+from torchsmith.transforms.parts import StepParts
 from torchsmith.plan import DDP, FSDP2, Parallel, Single, Zero1
 from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo, register
 

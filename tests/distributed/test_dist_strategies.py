@@ -1,6 +1,6 @@
 """DDP, ZeRO-1 and FSDP2 on 2 gloo ranks: equal results, sharded state, counted collectives.
 
-One torchrun job (tests/dist/dist_equiv_worker.py) trains each strategy on the same 4 global
+One torchrun job (tests/distributed/dist_equiv_worker.py) trains each strategy on the same 4 global
 batches of a tiny mlp and writes what it measured; the tests below assert on it.
 """
 
