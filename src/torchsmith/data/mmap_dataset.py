@@ -31,6 +31,7 @@ import torch
 from torch.utils.data import Dataset, get_worker_info
 
 from torchsmith.data.store import FileRecord, StoreError, StoreIndex, file_sha256, read_index
+from torchsmith.text import first_line
 
 _TORCH_DTYPES = {np.dtype(t) for t in (np.bool_, np.uint8, np.int8, np.int16, np.int32, np.int64,
                                         np.float16, np.float32, np.float64, np.complex64, np.complex128)}
@@ -215,7 +216,7 @@ def verify_store(path: str | Path, progress: Callable[[int, int], None] | None =
             report.files_checked += 1
             report.bytes_checked += record.bytes
         except StoreError as err:
-            report.problems.append(str(err).splitlines()[0])
+            report.problems.append(first_line(err))
         if progress:
             progress(n + 1, len(records))
     if report.ok:
@@ -224,6 +225,6 @@ def verify_store(path: str | Path, progress: Callable[[int, int], None] | None =
             for k in range(len(index.shards)):
                 ds._shard(k)
         except StoreError as err:
-            report.problems.append(str(err).splitlines()[0])
+            report.problems.append(first_line(err))
     report.seconds = time.perf_counter() - start
     return report

@@ -21,6 +21,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from torchsmith.text import first_line
+
 
 @dataclass(frozen=True)
 class InputCheck:
@@ -175,7 +177,7 @@ def check_gradients(target: Any, inputs: Sequence[Any] | None = None, *, shapes:
             ggc_ok = torch.autograd.gradgradcheck(fn, args, eps=eps, atol=atol, rtol=rtol, raise_exception=False)
         except RuntimeError as err:  # e.g. a backward marked once_differentiable
             ggc_ok = False
-            notes.append(f"gradgradcheck: {str(err).splitlines()[0]}")
+            notes.append(f"gradgradcheck: {first_line(err)}")
         if not ggc_ok:
             notes.append("second derivatives are wrong or missing: fine unless you need double backward "
                          "(gradient penalties, Hessian-vector products)")

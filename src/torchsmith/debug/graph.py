@@ -27,6 +27,8 @@ from torch.fx.passes.shape_prop import ShapeProp
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import FlopCounterMode
 
+from torchsmith.text import first_line
+
 
 @dataclass(frozen=True)
 class NodeInfo:
@@ -113,7 +115,7 @@ def _quiet():
 
 
 def _why(err: Exception) -> str:
-    return f"{type(err).__name__}: {str(err).strip().splitlines()[0][:300]}"
+    return f"{type(err).__name__}: {first_line(err)[:300]}"
 
 
 def trace(model: nn.Module, args: tuple, kwargs: dict | None = None
@@ -150,7 +152,7 @@ def graph_breaks(model: nn.Module, args: tuple, kwargs: dict | None = None) -> t
     for b in out.break_reasons:
         frame = b.user_stack[-1] if b.user_stack else None
         where = f"{frame.filename}:{frame.lineno}" if frame is not None else ""
-        breaks.append(GraphBreak(str(b.reason).strip().splitlines()[0][:300], where))
+        breaks.append(GraphBreak(first_line(str(b.reason))[:300], where))
     return out.graph_count, breaks, None
 
 

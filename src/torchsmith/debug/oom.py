@@ -28,6 +28,7 @@ from torch import nn
 from torch.utils._pytree import tree_leaves
 
 from torchsmith.transforms.base import Change
+from torchsmith.text import first_line, format_bytes
 
 EMPTY_CACHE_NOTE = ("torch.cuda.empty_cache() does not help here: it only returns cached, unused blocks to "
                     "the driver and cannot free memory that live tensors (parameters, gradients, optimizer "
@@ -71,7 +72,7 @@ def next_microbatches(count: int, batch_len: int, err: BaseException) -> int:
     if size <= 1:
         raise OOMError(
             f"out of memory at micro-batch size 1 ({count} micro-batches of a {batch_len}-sample batch): "
-            f"halving cannot go further. The failure was: {str(err).strip().splitlines()[0][:200]}\n"
+            f"halving cannot go further. The failure was: {first_line(err)[:200]}\n"
             "Tip: cut activation memory another way (activation checkpointing, bf16 autocast, saved-tensor "
             "compression), or shrink the model or sequence length; `torchsmith.explain_oom` ranks the fixes."
         ) from err
@@ -131,7 +132,7 @@ class OOMReport:
     note: str = EMPTY_CACHE_NOTE
 
     def describe(self) -> str:
-        gib = _fmt_bytes
+        gib = format_bytes
         lines = [f"torchsmith OOM explanation ({self.device}"
                  + (f", tried to allocate {gib(self.requested_bytes)}" if self.requested_bytes else "") + "):",
                  f"  parameters {gib(self.params)}, gradients {gib(self.grads)}, optimizer state "
@@ -139,14 +140,6 @@ class OOMReport:
         lines += [f"  largest: {t.what} {tuple(t.shape)} {t.dtype} {gib(t.bytes)}" for t in self.largest[:5]]
         lines += [f"  fix {i}: {f.name}, saves ~{gib(f.saving_bytes)}: {f.how}" for i, f in enumerate(self.fixes, 1)]
         return "\n".join(lines + ["  " + self.note])
-
-
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 def _frames(tb: TracebackType | None) -> Iterator[Any]:
@@ -225,7 +218,7 @@ def explain(err: BaseException, model: nn.Module | None = None,
     if allocated is not None and split is not None:
         acts = max(acts, allocated - split.total)  # the allocator sees what the frames do not
     return OOMReport(
-        device=str(device), error=str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__,
+        device=str(device), error=first_line(err)[:300],
         requested_bytes=_requested_bytes(err), params=split.params if split else 0, grads=split.grads if split else 0,
         optimizer_state=split.optimizer_state if split else 0, activations=acts, other=other, allocated=allocated,
         largest=sorted(live.values(), key=lambda t: -t.bytes)[:10],

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from torchsmith.atomic import atomic_file
+from torchsmith.text import first_line
 
 FORMAT_VERSION = 1
 _NAME = re.compile(r"^step_(\d{8})\.pt$")
@@ -68,13 +69,13 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     except pickle.UnpicklingError as err:
         raise CheckpointError(
             f"refused to load {path}: it holds objects other than tensors and plain containers, and "
-            f"torchsmith never unpickles arbitrary objects ({str(err).splitlines()[0]}).\n"
+            f"torchsmith never unpickles arbitrary objects ({first_line(err)}).\n"
             "Tip: if you wrote this file yourself, re-save it with tensors and plain Python types only."
         ) from None
     except (RuntimeError, EOFError, OSError, ValueError) as err:
         size = path.stat().st_size if path.exists() else 0
         raise CheckpointError(
-            f"checkpoint {path} is truncated or corrupted ({size} bytes): {str(err).splitlines()[0]}.\n"
+            f"checkpoint {path} is truncated or corrupted ({size} bytes): {first_line(err)}.\n"
             "Tip: delete it to resume from the previous checkpoint, or start without --resume."
         ) from None
     if not isinstance(state, dict) or state.get("format_version") != FORMAT_VERSION:
@@ -98,7 +99,7 @@ def load_latest_checkpoint(directory: str | os.PathLike) -> LoadedCheckpoint | N
         try:
             return LoadedCheckpoint(path, load_checkpoint(path), skipped)
         except CheckpointError as err:
-            skipped.append((path, str(err).splitlines()[0]))
+            skipped.append((path, first_line(err)))
     if skipped:
         reasons = "\n".join(f"  {p}: {r}" for p, r in skipped)
         raise CheckpointError(f"no usable checkpoint in {directory}; every one failed to load:\n{reasons}")

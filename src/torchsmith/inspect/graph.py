@@ -20,6 +20,8 @@ from typing import Any, Callable, Literal
 import torch
 from torch import nn
 
+from torchsmith.text import first_line
+
 
 @dataclass(frozen=True)
 class NodeInfo:
@@ -89,7 +91,7 @@ def trace_shapes(model: nn.Module, args: tuple, kwargs: dict) -> GraphInfo:
         try:
             gm = torch.fx.symbolic_trace(model)
         except Exception as err:  # TraceError, TypeError from Proxy iteration, ...
-            reason = (f"torch.fx.symbolic_trace failed: {type(err).__name__}: {str(err).strip().splitlines()[0]}"
+            reason = (f"torch.fx.symbolic_trace failed: {type(err).__name__}: {first_line(str(err))}"
                       f"{_where(err)}")
     if reason is not None:
         shapes = _hook_shapes(model, args, kwargs)

@@ -37,6 +37,7 @@ from torchsmith.engine.loop import build_step, resolve_device
 from torchsmith.engine.step import Step
 from torchsmith.plan import Plan
 from torchsmith.seeding import rng_state, set_rng_state
+from torchsmith.text import first_line
 from torchsmith.workload import Workload
 
 
@@ -284,5 +285,5 @@ def _param_rel_diff(a: list[torch.Tensor], b: list[torch.Tensor], initial: list[
 
 
 def _describe(err: Exception) -> str:
-    first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    first = first_line(str(err))
     return f"{type(err).__name__}: {first}" if first else type(err).__name__

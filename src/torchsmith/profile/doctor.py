@@ -30,6 +30,7 @@ from torchsmith.profile.analysis import TraceAnalysis, analyse_trace
 from torchsmith.profile.capture import MAX_ACTIVE_STEPS, CaptureConfig, Facts, StepCapture
 from torchsmith.profile.rules import DoctorContext, Finding, diagnose
 from torchsmith.workload import Workload
+from torchsmith.text import first_line
 
 
 class DoctorError(ValueError):
@@ -158,7 +159,7 @@ def _verify_by_runs(workload: Workload, finding: Finding, base: Plan, steps: int
                 losses.setdefault(i, result.losses)
     except Exception as err:  # e.g. the workload has no loader factory: reported, not fatal
         return Verification(finding.rule, finding.verify_plan.describe(), None, None,
-                            error=f"{type(err).__name__}: {str(err).splitlines()[0]}")
+                            error=f"{type(err).__name__}: {first_line(err)}")
     diff = max((abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses[1], losses[0])), default=None)
     return Verification(finding.rule, finding.verify_plan.describe(), min(times[0]), min(times[1]), diff)
 

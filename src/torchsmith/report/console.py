@@ -6,19 +6,11 @@ import sys
 
 from rich.console import Console
 
+from torchsmith.text import format_bytes as fmt_bytes  # noqa: F401  (re-exported for renderers)
+
 # Piped or captured output has no terminal width; rich would wrap every table at 80 columns.
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 132)
 error_console = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 132)
-
-
-def fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 def fmt_rate(value: float | None, unit: str) -> str:

@@ -18,6 +18,7 @@ from torchsmith.debug.grad_monitor import GradReport
 from torchsmith.debug.graph import GraphReport
 from torchsmith.debug.nan_sentinel import Finding
 from torchsmith.report.html import esc, figure_to_img, page, table
+from torchsmith.text import first_line
 
 # --- gradient monitor ----------------------------------------------------------------
 
@@ -139,7 +140,7 @@ def render_gradcheck(report: GradcheckReport, console: Console) -> None:
     console.print(f"gradcheck {verdict(report.gradcheck)} · gradgradcheck {verdict(report.gradgradcheck)}")
     for name, result in (report.opcheck or {}).items():
         ok = result in ("SUCCESS", "SKIPPED")
-        console.print(f"opcheck {name}: {'[green]' if ok else '[red]'}{result.splitlines()[0][:200]}[/]")
+        console.print(f"opcheck {name}: {'[green]' if ok else '[red]'}{first_line(result)[:200]}[/]")
     for note in report.notes:
         console.print(f"[dim]{note}[/]")
     if report.wrong:

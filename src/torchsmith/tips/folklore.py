@@ -23,6 +23,7 @@ from torch import nn
 
 from torchsmith.measure.memory import track_peak_memory
 from torchsmith.measure.saved import count_saved_tensors
+from torchsmith.text import first_line
 
 
 @dataclass(frozen=True)
@@ -217,7 +218,7 @@ def check_jit_script(device: str | torch.device = "cpu", numel: int = 1 << 20, r
         figures["compile_max_abs_diff"] = (out - ref).abs().max().item()
         fns["compile"] = lambda: compiled(x)
     except Exception as err:  # no C++ compiler, unsupported platform: reported, not fatal
-        errors["compile"] = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+        errors["compile"] = f"{type(err).__name__}: {first_line(str(err))}"
     figures["script_max_abs_diff"] = (scripted(x) - ref).abs().max().item()
     med = _interleaved(fns, rounds, inner)
     figures.update({f"{k}_seconds": v for k, v in med.items()})

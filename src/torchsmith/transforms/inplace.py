@@ -31,6 +31,7 @@ from torch import fx, nn
 
 from torchsmith.plan import InPlace
 from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo, mark_applied, register
+from torchsmith.text import first_line
 
 # Activation modules with an `inplace` flag.
 ACTIVATIONS = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.ELU, nn.CELU, nn.SELU, nn.SiLU, nn.Hardswish,
@@ -49,7 +50,7 @@ def _safe_targets(model: nn.Module, candidates: dict[str, nn.Module]) -> tuple[l
         raise TransformError(
             f"in-place activations need proof that no one else reads an activation's input, taken from a "
             f"torch.fx trace; {type(model).__name__} cannot be traced ({type(err).__name__}: "
-            f"{str(err).splitlines()[0][:160]}).\n"
+            f"{first_line(err)[:160]}).\n"
             "Tip: set inplace=True on the activation modules yourself where you know it is safe, or leave it off."
         ) from None
     modules = dict(model.named_modules())
