@@ -25,7 +25,7 @@ from itertools import islice
 import torch
 
 from torchsmith.engine.loop import build_step
-from torchsmith.measure.compare import measure_plans
+from torchsmith.harness.compare import measure_plans
 from torchsmith.measure.memory import track_peak_memory
 from torchsmith.measure.saved import count_saved_tensors
 from torchsmith.plan import CheckpointBlocks, CompressSaved, Plan, SelectiveCheckpoint, Threads

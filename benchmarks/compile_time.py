@@ -18,7 +18,7 @@ import tempfile
 
 CHILD = """
 import torch, torchsmith
-from torchsmith.measure.compare import measure_plans
+from torchsmith.harness.compare import measure_plans
 from torchsmith.plan import Compile, Plan
 w = torchsmith.load_workload({workload!r})
 for regional in (False, True):

@@ -22,7 +22,7 @@ import torch
 
 from torchsmith.engine.loop import build_step
 from torchsmith.engine.step import to_device
-from torchsmith.measure.compare import _cycle
+from torchsmith.harness.compare import _cycle
 from torchsmith.plan import Plan
 from torchsmith.profile.analysis import analyse_trace
 from torchsmith.profile.capture import CaptureConfig, StepCapture

@@ -13,7 +13,7 @@ import torch
 
 import torchsmith
 from torchsmith.measure.peak import machine_peak_flops
-from torchsmith.measure.run_metrics import measure_run_metrics
+from torchsmith.harness.run_metrics import measure_run_metrics
 from torchsmith.workloads import gpt_mini
 
 

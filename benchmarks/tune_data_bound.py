@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 
 import torchsmith
-from torchsmith.measure.compare import measure_plans
+from torchsmith.harness.compare import measure_plans
 from torchsmith.plan import LoaderConfig, Plan, Threads
 
 

@@ -12,7 +12,7 @@ import argparse
 import torch
 
 import torchsmith
-from torchsmith.measure.compare import measure_plans
+from torchsmith.harness.compare import measure_plans
 from torchsmith.plan import Plan
 
 

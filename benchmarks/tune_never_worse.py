@@ -14,9 +14,9 @@ import argparse
 import torch
 
 import torchsmith
-from torchsmith.measure.compare import measure_plans
+from torchsmith.harness.compare import measure_plans
 from torchsmith.measure.peak import machine_peak_flops, mfu
-from torchsmith.measure.run_metrics import flops_per_step, matmul_dtype
+from torchsmith.harness.run_metrics import flops_per_step, matmul_dtype
 from torchsmith.plan import Plan
 
 

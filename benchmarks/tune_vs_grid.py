@@ -26,7 +26,7 @@ import torch
 
 import torchsmith
 from torchsmith.engine.loop import resolve_device
-from torchsmith.measure.compare import measure_plans, refusal
+from torchsmith.harness.compare import measure_plans, refusal
 from torchsmith.plan import Plan
 from torchsmith.tune.guard import GuardConfig, guard_rejection
 from torchsmith.tune.space import device_info, search_space

@@ -7,6 +7,8 @@ Public API (imported lazily, so ``import torchsmith`` stays fast)::
     torchsmith.prepare(plan, model, opt, loss_fn)   # the tuned step for your own loop
     torchsmith.run(workload, plan, steps=...)       # the engine: progress, checkpoints, resume
     with torchsmith.inference(model): ...          # evaluation: inference_mode + eval(), modes restored
+    torchsmith.tune(workload, budget="5m")         # the main job: a TuneResult
+    torchsmith.write_report(result, "report.html")  # its self-contained HTML report
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ _EXPORTS = {
     "GradMonitor": "torchsmith.debug.grad_monitor",
     "NaNSentinel": "torchsmith.debug.nan_sentinel",
     "inference": "torchsmith.transforms.inference",
+    "write_report": "torchsmith.report.tune_html",
 }
 
 __all__ = sorted([*_EXPORTS, "tune"])
@@ -39,6 +42,7 @@ if TYPE_CHECKING:
     from torchsmith.plan import Plan
     from torchsmith.tune import tune
     from torchsmith.transforms.inference import inference
+    from torchsmith.report.tune_html import write_report
     from torchsmith.workload import Workload, load_workload
 
 

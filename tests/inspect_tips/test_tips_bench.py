@@ -128,7 +128,7 @@ def test_unknown_transform_name_is_a_clear_error():
 
 
 def test_speed_pairs_steps_by_round_so_drifting_load_cancels():
-    from torchsmith.measure.compare import PlanMeasurement
+    from torchsmith.harness.compare import PlanMeasurement
     from torchsmith.tips.candidates import Candidate, _row
 
     # The machine slows down 4x over the run; the candidate is always twice as fast as the

@@ -4,7 +4,7 @@ import textwrap
 
 import pytest
 
-from torchsmith.measure.compare import measure_plans
+from torchsmith.harness.compare import measure_plans
 from torchsmith.plan import Autocast, MicroBatching, Plan
 from torchsmith.tune import GuardConfig, TuneError, WorkloadStepError, tune
 from torchsmith.tune.budget import parse_bytes, parse_duration
@@ -173,7 +173,7 @@ def test_mfu_of_baseline_and_tuned_plan_against_the_peak_of_their_matmul_dtype()
     import torch
 
     from torchsmith.measure.peak import machine_peak_flops
-    from torchsmith.measure.run_metrics import flops_per_step, matmul_dtype
+    from torchsmith.harness.run_metrics import flops_per_step, matmul_dtype
     from torchsmith.plan import BF16Params
 
     assert matmul_dtype(Plan(precision=BF16Params())) == torch.bfloat16 == matmul_dtype(Plan(precision=Autocast()))

@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 
 from torchsmith.debug.nan_sentinel import NonFiniteError
-from torchsmith.debug.oom import OOMError
+from torchsmith.engine.oom import OOMError
 from torchsmith.engine.checkpoint import CheckpointError
 from torchsmith.plan import PlanError
 from torchsmith.report.console import error_console

@@ -29,7 +29,7 @@ def run_command(
 ) -> None:
     """Train WORKLOAD with a plan: progress bar, exact checkpoint and resume, and a summary table."""
     from torchsmith.engine.loop import run
-    from torchsmith.measure.run_metrics import measure_run_metrics
+    from torchsmith.harness.run_metrics import measure_run_metrics
     from torchsmith.plan import Plan
     from torchsmith.report.console import console
     from torchsmith.report.progress import run_progress

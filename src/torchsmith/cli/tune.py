@@ -24,16 +24,18 @@ def tune_command(
     """Find the fastest plan for WORKLOAD that keeps the loss unchanged, prove it, write plan.json."""
     from torchsmith.report.console import console
     from torchsmith.report.tune import render_tune, tune_progress
+    from torchsmith.report.tune_html import write_report
     from torchsmith.tune import WorkloadStepError, tune
 
     with user_errors():
         try:
             with tune_progress() as progress:
-                result = tune(workload, budget=budget, memory_limit=memory_limit, out=out, report=report,
+                result = tune(workload, budget=budget, memory_limit=memory_limit, out=out,
                               device=device, knobs=knobs.split(",") if knobs else None, on_progress=progress)
         except WorkloadStepError as err:
             raise ValueError(str(err)) from None
+    report_path = write_report(result, report) if report else None
     render_tune(result, console)
-    console.print(f"plan written to [bold]{out}[/]" + (f", report to [bold]{result.report_path}[/]" if report else ""))
+    console.print(f"plan written to [bold]{out}[/]" + (f", report to [bold]{report_path}[/]" if report_path else ""))
     console.print(f"use it: torchsmith run {workload or 'gpt-mini'} --plan {out}   or   "
                   "torchsmith.prepare(Plan.load(...), model, optimizer, loss_fn)")

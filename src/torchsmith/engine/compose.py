@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from torchsmith.debug.nan_sentinel import apply_nonfinite
-from torchsmith.debug.oom import apply_auto_microbatch
+from torchsmith.engine.oom import apply_auto_microbatch
 from torchsmith.distributed.strategy import apply_parallel
 from torchsmith.transforms.parts import StepParts
 from torchsmith.plan import Plan

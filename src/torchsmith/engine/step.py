@@ -13,7 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from torchsmith.debug.oom import attach_explanation, is_oom, next_microbatches
+from torchsmith.engine.oom import next_microbatches
+from torchsmith.measure.oom import attach_explanation, is_oom
 from torchsmith.engine.compose import apply_plan
 from torchsmith.transforms.parts import LossFn, StepParts
 from torchsmith.measure.timing import PhaseTimer

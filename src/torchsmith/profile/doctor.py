@@ -124,7 +124,7 @@ def doctor_script(command: list[str], cfg: CaptureConfig | None = None, *,
 def verify(workload: Workload, report: DoctorReport, *, steps: int = 6, device: str | None = None,
            on_step=None) -> list[Verification]:
     """Measure each knob-mapped fix against the baseline, interleaved in one process."""
-    from torchsmith.measure.compare import measure_plans
+    from torchsmith.harness.compare import measure_plans
 
     base = _baseline_of(report)
     todo = [f for f in report.findings if f.verify_plan is not None]

@@ -14,8 +14,14 @@ _COLOURS = {"baseline": "#6e7781", "accepted": "#1a7f37", "slower": "#8c959f", "
             "failed": "#9a6700", "n/a": "#d0d7de"}
 
 
-def write_tune_report(result: TuneResult, path: str | os.PathLike) -> Path:
-    """Write the report atomically and return its path."""
+def write_report(result: TuneResult, path: str | os.PathLike) -> Path:
+    """Write ``result`` as a self-contained HTML report, atomically; return its path.
+
+    Example::
+
+        result = torchsmith.tune("mlp", budget="2m")
+        torchsmith.write_report(result, "report.html")
+    """
     return atomic_write_text(path, render_tune_html(result))
 
 

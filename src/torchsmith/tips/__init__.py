@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from torchsmith.measure.compare import PlanMeasurement
+from torchsmith.harness.compare import PlanMeasurement
 from torchsmith.measure.fingerprint import MachineFingerprint, machine_fingerprint
 from torchsmith.tips.candidates import Candidate, TipRow, candidates, measure_candidates
 from torchsmith.tips.folklore import CHECKS, FolkloreResult, run_folklore

@@ -3,7 +3,7 @@
 The candidates come from the transforms' own registry (``tune.space``), so a new
 transform shows up here without a change to this file. Every candidate plan differs
 from ``Plan()`` in exactly one knob, and all of them run interleaved in one process from
-the same seed over the same batches (:func:`torchsmith.measure.compare.measure_plans`),
+the same seed over the same batches (:func:`torchsmith.harness.compare.measure_plans`),
 each paired with its own baseline, step by step.
 
 Example::
@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import torch
 
-from torchsmith.measure.compare import PlanMeasurement, measure_plans
+from torchsmith.harness.compare import PlanMeasurement, measure_plans
 from torchsmith.plan import Plan
 from torchsmith.tune.space import device_info, search_space
 from torchsmith.workload import Workload

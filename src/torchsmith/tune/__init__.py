@@ -5,7 +5,8 @@ Example::
     import torchsmith
     result = torchsmith.tune(torchsmith.load_workload("gpt-mini"), budget="3m")
     result.plan.save("plan.json")
-    result.speedup, result.report_path
+    result.speedup
+    torchsmith.write_report(result, "report.html")   # rendering lives in report/, not here
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import types
 from pathlib import Path
 from typing import Callable, Sequence
 
-from torchsmith.measure.compare import StepTimer, wall_clock
+from torchsmith.harness.compare import StepTimer, wall_clock
 from torchsmith.tune.budget import parse_bytes, parse_duration
 from torchsmith.tune.guard import GuardConfig
 from torchsmith.tune.result import Candidate, TuneResult
@@ -26,12 +27,12 @@ __all__ = ["tune", "TuneResult", "Candidate", "GuardConfig", "TuneError", "TuneP
 
 
 def tune(workload: Workload | str | None = None, *, budget: str | float = "5m", memory_limit: str | int | None = None,
-         out: str | Path | None = None, report: str | Path | None = None, guard: GuardConfig = GuardConfig(),
+         out: str | Path | None = None, guard: GuardConfig = GuardConfig(),
          device: str | None = None, knobs: Sequence[str] | None = None, clock: StepTimer = wall_clock,
          on_progress: Callable[[TuneProgress], None] | None = None) -> TuneResult:
     """Search the plan space within ``budget`` and return the fastest plan that keeps the loss.
 
-    ``out`` writes the plan as JSON; ``report`` writes a self-contained HTML report.
+    ``out`` writes the plan as JSON; ``torchsmith.write_report(result, path)`` writes the HTML report.
     ``knobs`` limits the search to some transforms, e.g. ``["threads", "compile"]``.
     ``clock`` times one step (tests stub it to prove decisions follow measurements).
     """
@@ -44,10 +45,6 @@ def tune(workload: Workload | str | None = None, *, budget: str | float = "5m", 
                     knobs=knobs, clock=clock, on_progress=on_progress)
     if out is not None:
         result.plan.save(out)
-    if report is not None:
-        from torchsmith.report.tune_html import write_tune_report
-
-        result.report_path = write_tune_report(result, report)
     return result
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torchsmith.measure.compare import PlanMeasurement
+from torchsmith.harness.compare import PlanMeasurement
 
 
 @dataclass(frozen=True, kw_only=True)

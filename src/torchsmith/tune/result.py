@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from torchsmith.measure.compare import PlanMeasurement
+from torchsmith.harness.compare import PlanMeasurement
 from torchsmith.plan import Plan
 
 Status = Literal["baseline", "accepted", "slower", "rejected", "failed", "n/a"]
@@ -82,7 +82,6 @@ class TuneResult:
     best_mfu: float | None = None
     """Model FLOPs utilisation in the proof: matmul FLOP/s over this machine's measured matmul peak
     for the plan's matmul dtype (fp32 for the baseline, bf16 for a bf16 plan)."""
-    report_path: Path | None = None
 
     @property
     def speedup(self) -> float | None:

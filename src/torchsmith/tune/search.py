@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from torchsmith.engine.loop import build_step, resolve_device
-from torchsmith.measure.compare import PlanMeasurement, StepTimer, measure_plans, refusal, wall_clock
+from torchsmith.harness.compare import PlanMeasurement, StepTimer, measure_plans, refusal, wall_clock
 from torchsmith.plan import Plan
 from torchsmith.tune.guard import GuardConfig, guard_rejection
 from torchsmith.tune.result import Candidate, TuneResult
@@ -269,7 +269,7 @@ def _variants(best: Plan, dims: list[Dimension], close_calls: list[dict[str, Any
 def _mfu(workload: Workload, dev, base: Candidate, best: Candidate, plan: Plan) -> tuple[float | None, float | None]:
     """MFU of the baseline and the tuned plan, each against the measured matmul peak of its own dtype."""
     from torchsmith.measure.peak import machine_peak_flops, mfu
-    from torchsmith.measure.run_metrics import flops_per_step, matmul_dtype
+    from torchsmith.harness.run_metrics import flops_per_step, matmul_dtype
 
     flops = flops_per_step(workload, dev)
 

@@ -5,7 +5,7 @@ import statistics
 import pytest
 
 from toy_workloads import loader_workload
-from torchsmith.measure.compare import measure_plans
+from torchsmith.harness.compare import measure_plans
 from torchsmith.plan import LoaderConfig, Plan, Threads
 
 WORKERS = Plan(loader=LoaderConfig(num_workers=2, prefetch_factor=3, persistent_workers=True))
