@@ -21,7 +21,7 @@ from itertools import islice
 import torch
 
 from torchsmith.engine.loop import build_step
-from torchsmith.engine.step import to_device
+from torchsmith.batch import to_device
 from torchsmith.harness.compare import _cycle
 from torchsmith.plan import Plan
 from torchsmith.profile.analysis import analyse_trace

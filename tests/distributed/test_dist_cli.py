@@ -26,5 +26,5 @@ def test_launch_runs_debug_desync_on_two_workers_and_prints_the_command():
         os.killpg(proc.pid, signal.SIGKILL)
         raise
     assert proc.returncode == 0, out[-4000:]
-    assert "running:" in out and "-m torch.distributed.run" in out and "torchsmith.distributed.worker debug desync mlp" in out
+    assert "running:" in out and "-m torch.distributed.run" in out and "torchsmith.cli.worker debug desync mlp" in out
     assert "in sync: 8 tensors bit-identical on 2 ranks" in out  # 4 weights + 4 biases of mlp

@@ -23,7 +23,7 @@ def test_launch_command_is_torchrun_on_loopback_by_default():
     assert cmd[1:3] == ["-m", "torch.distributed.run"]
     assert cmd[cmd.index("--nproc-per-node") + 1] == "2" and cmd[cmd.index("--max-restarts") + 1] == "3"
     assert cmd[cmd.index("--rdzv-endpoint") + 1].startswith("127.0.0.1:")
-    assert cmd[-6:] == ["-m", "torchsmith.distributed.worker", "run", "mlp", "--steps", "5"]
+    assert cmd[-6:] == ["-m", "torchsmith.cli.worker", "run", "mlp", "--steps", "5"]
     assert not any(n.startswith("warning") for n in notes)
 
 
@@ -46,7 +46,7 @@ def test_launch_cli_prints_the_exact_command():
     result = CliRunner().invoke(app, ["launch", "--nproc-per-node", "2", "--dry-run", "--", "run", "mlp", "--steps", "3"])
     assert result.exit_code == 0, result.output
     assert "torch.distributed.run" in result.output and "--nproc-per-node 2" in result.output
-    assert "torchsmith.distributed.worker run mlp --steps 3" in result.output
+    assert "torchsmith.cli.worker run mlp --steps 3" in result.output
 
 
 def test_parallel_plan_round_trips_and_refuses_unknown_values():

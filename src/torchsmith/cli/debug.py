@@ -103,7 +103,8 @@ def nan_command(
     """
     from torchsmith.debug.nan_sentinel import NaNSentinel
     from torchsmith.engine.loop import build_step, resolve_device
-    from torchsmith.engine.step import _NULL_TIMER, _accumulate, to_device
+    from torchsmith.batch import to_device
+    from torchsmith.engine.step import _NULL_TIMER, _accumulate
     from torchsmith.plan import Plan
     from torchsmith.report.console import console
     from torchsmith.report.debug import render_finding, step_progress

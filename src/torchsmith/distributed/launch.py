@@ -1,14 +1,14 @@
 """Build and run the torchrun (``torch.distributed.run``) command for ``torchsmith launch``.
 
 torchsmith never starts workers itself: torchrun's elastic agent does (c10d or etcd-v2
-rendezvous, restarts on failure), and each worker runs ``python -m torchsmith.distributed.worker``,
+rendezvous, restarts on failure), and each worker runs ``python -m torchsmith.cli.worker``,
 the torchsmith command line under ``@record``.
 
 Example::
 
     cfg = LaunchConfig(nproc_per_node=2, max_restarts=3)
     cmd, notes = build_command(cfg, ["run", "mlp", "--steps", "100"])
-    # [python, -m, torch.distributed.run, --nnodes, 1, --nproc-per-node, 2, ..., -m, torchsmith.distributed.worker, run, mlp, ...]
+    # [python, -m, torch.distributed.run, --nnodes, 1, --nproc-per-node, 2, ..., -m, torchsmith.cli.worker, run, mlp, ...]
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class LaunchConfig:
     """Also write each worker's stdout/stderr to LOG_DIR/<run>/attempt_<n>/<rank>/."""
 
 
-WORKER = ["-m", "torchsmith.distributed.worker"]
+WORKER = ["-m", "torchsmith.cli.worker"]
 
 
 def build_command(cfg: LaunchConfig, args: list[str], entry: list[str] = WORKER) -> tuple[list[str], list[str]]:

@@ -20,6 +20,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from torchsmith.batch import batch_len, split_batch
+
 
 @dataclass(frozen=True)
 class DistContext:
@@ -77,11 +79,9 @@ def shard_batch(batch: Any, rank: int, world_size: int) -> Any:
     >>> shard_batch(torch.arange(8), 1, 2)
     tensor([4, 5, 6, 7])
     """
-    from torchsmith.engine.step import _batch_len, split_batch
-
     if world_size == 1:
         return batch
-    n = _batch_len(batch)
+    n = batch_len(batch)
     if n % world_size:
         raise ValueError(
             f"a global batch of {n} samples does not split evenly over {world_size} ranks; uneven shards "

@@ -19,7 +19,7 @@ def evaluate(model: nn.Module, batches: Iterable[Any], loss_fn: LossFn, device: 
     cheaper than no_grad. The RNG is forked so that evaluating never shifts the training
     run's random stream (which exact resume relies on).
     """
-    from torchsmith.engine.step import to_device
+    from torchsmith.batch import to_device
     from torchsmith.transforms.inference import inference
 
     total, count = torch.zeros((), device=device), 0

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from torchsmith.batch import batch_len, split_batch, to_device
 from torchsmith.engine.oom import next_microbatches
 from torchsmith.measure.oom import attach_explanation, is_oom
 from torchsmith.engine.compose import apply_plan
@@ -64,7 +65,7 @@ def _forward_backward(parts: StepParts, batch: Any, timer: PhaseTimer) -> torch.
             if not parts.auto_microbatch:
                 attach_explanation(err, parts.model, parts.optimizer)  # a note on the same exception
                 raise
-            parts.microbatches = next_microbatches(parts.microbatches, _batch_len(batch), err)
+            parts.microbatches = next_microbatches(parts.microbatches, batch_len(batch), err)
         # Outside the except block the failed pass's frames (and activations) are released.
         parts.optimizer.zero_grad(set_to_none=True)  # the retry starts from clean gradients
 
@@ -72,7 +73,7 @@ def _forward_backward(parts: StepParts, batch: Any, timer: PhaseTimer) -> torch.
 def _accumulate(parts: StepParts, batch: Any, timer: PhaseTimer) -> torch.Tensor:
     """Forward and backward over the micro-batches, accumulating gradients; the summed loss."""
     micro = split_batch(batch, parts.microbatches)
-    total = sum(_batch_len(m) for m in micro)
+    total = sum(batch_len(m) for m in micro)
     loss_sum = torch.zeros((), device=parts.device)
     for i, mb in enumerate(micro):
         # All but the last micro-batch keep their gradients local (DDP/FSDP2 no_sync), so the
@@ -86,7 +87,7 @@ def _accumulate(parts: StepParts, batch: Any, timer: PhaseTimer) -> torch.Tensor
             loss = parts.loss_fn(parts.model, mb)
             # Weight each micro-batch's mean loss by its share, so accumulated gradients
             # equal the full batch's.
-            weighted = loss * (_batch_len(mb) / total) if len(micro) > 1 else loss
+            weighted = loss * (batch_len(mb) / total) if len(micro) > 1 else loss
         with timer.phase("backward"), sync():
             (parts.scaler.scale(weighted) if parts.scaler else weighted).backward()
         loss_sum += weighted.detach().float()
@@ -152,50 +153,6 @@ def prepare(plan: Plan, model: nn.Module, optimizer: torch.optim.Optimizer, loss
                       device=torch.device(device), scheduler=scheduler)
     changes = apply_plan(plan, parts)
     return Step(parts, changes)
-
-
-def split_batch(batch: Any, count: int) -> list[Any]:
-    """Split every tensor of a batch along dim 0 into ``count`` nearly equal parts."""
-    if count == 1:
-        return [batch]
-    n = _batch_len(batch)
-    if n < count:
-        raise ValueError(
-            f"cannot split a batch of {n} samples into {count} micro-batches.\n"
-            f"Tip: use microbatching.count <= {n}."
-        )
-    return [_index(batch, i, count) for i in range(count)]
-
-
-def _index(batch: Any, i: int, count: int) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return torch.tensor_split(batch, count)[i]
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(_index(b, i, count) for b in batch)
-    if isinstance(batch, dict):
-        return {k: _index(v, i, count) for k, v in batch.items()}
-    return batch
-
-
-def _batch_len(batch: Any) -> int:
-    if isinstance(batch, torch.Tensor):
-        return batch.shape[0] if batch.dim() else 1
-    if isinstance(batch, (list, tuple)) and batch:
-        return _batch_len(batch[0])
-    if isinstance(batch, dict) and batch:
-        return _batch_len(next(iter(batch.values())))
-    return 1
-
-
-def to_device(batch: Any, device: torch.device) -> Any:
-    """Move every tensor of a batch to ``device`` (non-blocking when the source is pinned)."""
-    if isinstance(batch, torch.Tensor):
-        return batch if batch.device == device else batch.to(device, non_blocking=batch.is_pinned())
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(to_device(b, device) for b in batch)
-    if isinstance(batch, dict):
-        return {k: to_device(v, device) for k, v in batch.items()}
-    return batch
 
 
 class _NullTimer(PhaseTimer):

@@ -9,7 +9,7 @@ import torch
 
 from torchsmith.engine.loop import RunResult, resolve_device
 from torchsmith.seeding import seed_everything
-from torchsmith.engine.step import to_device
+from torchsmith.batch import to_device
 from torchsmith.measure.flops import count_flops
 from torchsmith.measure.peak import machine_peak_flops, mfu
 from torchsmith.plan import Autocast, BF16Params, Plan
