@@ -2,7 +2,7 @@
 
 Prints the first step's excess over a steady step (the compile cost ``tune`` reports apart)
 for whole-model and block-by-block compile: first in a fresh Inductor cache directory, as on
-a new machine, then again with that cache warm. ``tune`` budgets COMPILE_ESTIMATE_SECONDS per
+a new machine, then again with that cache warm. ``tune`` budgets transforms.compile.COMPILE_SETUP_SECONDS per
 compile candidate from the cold figure.
 
     PYTHONPATH=src .venv/bin/python benchmarks/compile_time.py [--workload gpt-mini]

@@ -28,15 +28,14 @@ def test_candidates_cover_every_registered_transform_for_the_device():
         assert len(changed) == 1, (c.label, changed)  # each candidate is one transform alone
 
 
-def test_a_newly_registered_transform_shows_up_without_code_changes():
+def test_a_transform_of_your_own_joins_the_candidates_from_its_info_alone():
     info = base.TransformInfo(name="zz_test_only", plan_field="microbatching", summary="test",
-                              devices=frozenset({"cpu"}), candidates=lambda d: [MicroBatching(count=8)])
-    base.register(info)
-    try:
-        labels = [c.label for c in candidates(CPU, only=["zz_test_only"])]
-    finally:
-        del base._REGISTRY["zz_test_only"]
+                              devices=frozenset({"cpu"}), candidates=lambda d: [MicroBatching(count=8)],
+                              trade="speed", rank=lambda d: 0)
+    labels = [c.label for c in candidates(CPU, only=["zz_test_only"], extra=(info,))]
     assert labels == ["microbatching.count=8"]
+    with pytest.raises(ValueError, match="zz_test_only"):
+        candidates(CPU, only=["zz_test_only"])  # not registered unless passed: no global side effect
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,8 @@ from torchsmith.plan import (
     Autocast, BF16Params, CheckpointBlocks, Compile, CompressSaved, InPlace, LossImpl, MemoryFormat, MicroBatching,
     OptimizerImpl, SelectiveCheckpoint, Threads,
 )
-from torchsmith.transforms.base import TransformError, registered_transforms
+from torchsmith.engine.registry import registered_transforms
+from torchsmith.transforms.base import TransformError
 from torchsmith.transforms.checkpointing import apply_checkpointing
 from torchsmith.transforms.compile import apply_compile
 from torchsmith.transforms.inplace import apply_inplace

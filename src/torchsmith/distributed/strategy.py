@@ -14,7 +14,7 @@ from torchsmith.distributed.fsdp2 import apply_fsdp2
 from torchsmith.distributed.zero1 import apply_zero1
 from torchsmith.transforms.parts import StepParts
 from torchsmith.plan import DDP, FSDP2, Parallel, Single, Zero1
-from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo, register
+from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo
 
 
 def apply_parallel(parts: StepParts, cfg: Parallel) -> Change:
@@ -44,10 +44,12 @@ def _candidates(device: DeviceInfo) -> list:
     return []
 
 
-register(TransformInfo(
+INFO = TransformInfo(
     name="parallel",
     plan_field="parallel",
     summary="Distributed data parallelism: DDP, ZeRO-1 or FSDP2 (under torchsmith launch).",
     devices=frozenset({"cpu", "cuda"}),
     candidates=_candidates,
-))
+    trade="speed",
+    rank=lambda device: 9,
+)

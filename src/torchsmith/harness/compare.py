@@ -38,6 +38,7 @@ from torchsmith.engine.step import Step
 from torchsmith.plan import Plan
 from torchsmith.seeding import rng_state, set_rng_state
 from torchsmith.text import first_line
+from torchsmith.transforms.base import TransformError
 from torchsmith.workload import Workload
 
 
@@ -60,6 +61,8 @@ class PlanMeasurement:
     parameters differ, relative to how far training moved them."""
     error: str | None = None
     """Why the plan could not be measured (a refused transform, an OOM, a failed compile)."""
+    refused: bool = False
+    """The error is a transform refusing this model (``TransformError``), not a failure while running."""
 
     @property
     def ok(self) -> bool:
@@ -141,12 +144,15 @@ def measure_plans(workload: Workload, plans: Sequence[Plan], *, warmup: int = 2,
     return [state.result(ref, warmup, summary) for state in states]
 
 
-def refusal(workload: Workload, plan: Plan, device: str | torch.device | None = None) -> str | None:
-    """Why ``plan`` cannot apply to ``workload`` (a refused transform, a bad config), without
-    running a step; None when it applies. Builds the model and the batch source, then drops them."""
+def refusal(workload: Workload, plan: Plan, device: str | torch.device | None = None) -> PlanMeasurement | None:
+    """Why ``plan`` cannot apply to ``workload`` (a refused transform, a bad config), as an unmeasured
+    ``PlanMeasurement`` with ``error`` set, without running a step; None when it applies. Builds the
+    model and the batch source, then drops them."""
     state = _State.build(workload, plan, resolve_device(device))
     state.close()
-    return state.error
+    if state.error is None:
+        return None
+    return PlanMeasurement(plan, None, error=state.error, refused=state.refused)
 
 
 def _has_workers(plan: Plan) -> bool:
@@ -196,6 +202,7 @@ class _State:
     """The parameters after ``compare_steps`` steps, when that is fewer than the steps run."""
     peak: int | None = None
     error: str | None = None
+    refused: bool = False
     _close: Callable[[], None] | None = None
 
     @classmethod
@@ -207,7 +214,7 @@ class _State:
                 step_fn = build_step(workload, plan, device)  # seeds the global RNG, builds the model
             source, loader_change = apply_loader(workload, plan.loader)
         except Exception as err:  # refused transform, bad config: recorded, not fatal
-            return cls(plan, None, [], error=_describe(err))
+            return cls(plan, None, [], error=_describe(err), refused=isinstance(err, TransformError))
         initial = [p.detach().clone() for p in step_fn.model.parameters()]
         return cls(plan, step_fn, initial, rng=rng_state(), batches=_cycle(workload, source),
                    compare_steps=compare_steps, _close=loader_change.revert)
@@ -258,7 +265,7 @@ class _State:
 
     def result(self, ref: "_State", warmup: int, summary: Callable[[list[float]], float]) -> PlanMeasurement:
         if self.error is not None or not self.times:
-            return PlanMeasurement(self.plan, None, error=self.error or "no step ran")
+            return PlanMeasurement(self.plan, None, error=self.error or "no step ran", refused=self.refused)
         losses = torch.stack(self.losses).float().tolist()
         timed = self.times[warmup:] or self.times[-1:]
         loss_diff = param_diff = None

@@ -21,8 +21,10 @@ from typing import Any, Callable
 
 import torch
 
+from torchsmith.engine.registry import registered_transforms
 from torchsmith.harness.compare import PlanMeasurement, measure_plans
 from torchsmith.plan import Plan
+from torchsmith.transforms.base import TransformInfo
 from torchsmith.tune.space import device_info, search_space
 from torchsmith.workload import Workload
 
@@ -69,16 +71,17 @@ class TipRow:
         return self.error is None
 
 
-def candidates(device: torch.device, only: list[str] | None = None) -> list[Candidate]:
-    """One plan per registered candidate value that applies to ``device``, in the tuner's order."""
-    from torchsmith.transforms.base import registered_transforms
-
-    unknown = sorted(set(only or ()) - set(registered_transforms()))
+def candidates(device: torch.device, only: list[str] | None = None,
+               extra: tuple[TransformInfo, ...] = ()) -> list[Candidate]:
+    """One plan per registered candidate value that applies to ``device``, in the tuner's order.
+    ``extra`` adds transforms of your own to the registered ones."""
+    known = registered_transforms(extra)
+    unknown = sorted(set(only or ()) - set(known))
     if unknown:
         raise ValueError(f"no transform named {', '.join(map(repr, unknown))}; registered: "
-                         f"{', '.join(sorted(registered_transforms()))}.\nTip: pass one of those to --only.")
+                         f"{', '.join(sorted(known))}.\nTip: pass one of those to --only.")
     out = []
-    for dim in search_space(device_info(device)):
+    for dim in search_space(device_info(device), extra):
         if only and dim.name not in only:
             continue
         for value in dim.candidates:

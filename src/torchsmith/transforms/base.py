@@ -4,17 +4,16 @@ A transform is a function ``apply_x(target, cfg) -> Change``. The :class:`Change
 exactly what was done (modules wrapped, hooks installed, global flags set) and can undo
 it. Applying a transform twice to the same model is refused, never a double wrap.
 
-Each transform module also registers a :class:`TransformInfo`: the plan field it drives,
-the devices it applies to, and the candidate values ``tune`` should try. ``tune`` and
-the docs read this registry; nothing else enumerates transforms by hand.
+Each transform module also defines a :class:`TransformInfo` as ``INFO``: the plan field it
+drives, the devices it applies to, the candidate values ``tune`` should try, what it trades
+and where it goes in the search. ``engine.registry`` lists them; ``tune`` and the docs read
+that list and nothing else enumerates transforms by hand.
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 from torch import nn
 
@@ -73,9 +72,17 @@ class DeviceInfo:
     native_bf16: bool = False
 
 
-@dataclass(frozen=True)
+Trade = Literal["speed", "memory"]
+
+
+@dataclass(frozen=True, kw_only=True)
 class TransformInfo:
-    """Registry entry: drives ``Plan.<plan_field>`` and proposes candidate values for it."""
+    """Registry entry: drives ``Plan.<plan_field>`` and proposes candidate values for it.
+
+    Each transform module defines one as ``INFO``; ``engine.registry.TRANSFORMS`` lists them
+    all, explicitly. ``tune`` builds its search space from these fields alone: adding a knob
+    is one transform module and one line in that list.
+    """
 
     name: str
     plan_field: str
@@ -83,24 +90,17 @@ class TransformInfo:
     devices: frozenset[str]
     candidates: Callable[[DeviceInfo], Sequence[Any]]
     """Values of ``Plan.<plan_field>`` worth trying on this device (the baseline value excluded)."""
+    trade: Trade
+    """What the knob buys. "speed" knobs are always searched; "memory" knobs cost speed and are
+    searched only when the best plan breaks the memory limit."""
+    rank: Callable[[DeviceInfo], int]
+    """Position in the search on this device, lowest first: the knobs that can pay most here and
+    cost least to measure go first (bf16 and compile lead on CPUs with native bf16 and on GPUs),
+    so a budget that runs out leaves the least promising knobs unsearched."""
+    setup_seconds: float = 0.0
+    """One-off cost per candidate before its first timed step (compilation), set aside from the
+    budget before the candidate is measured."""
     companions: Callable[[DeviceInfo, Any], Sequence[dict[str, Any]]] = lambda device, value: ()
     """Changes to other plan fields worth trying together with a candidate ``value``, each as
     one more candidate: a change that pays only in company (DataLoader workers with fewer
     trainer threads on CPU), which a search over one knob at a time would never try."""
-
-
-_REGISTRY: dict[str, TransformInfo] = {}
-
-
-def register(info: TransformInfo) -> TransformInfo:
-    _REGISTRY[info.name] = info
-    return info
-
-
-def registered_transforms() -> dict[str, TransformInfo]:
-    """All transforms, importing every module of this package once so each registers itself."""
-    import torchsmith.transforms as package
-
-    for module in pkgutil.iter_modules(package.__path__):
-        importlib.import_module(f"{package.__name__}.{module.name}")
-    return dict(_REGISTRY)

@@ -27,7 +27,7 @@ from torch import nn
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 from torchsmith.plan import CheckpointBlocks, Checkpointing, NoCheckpointing, SelectiveCheckpoint
-from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo, mark_applied, register
+from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo, mark_applied
 
 _aten = torch.ops.aten
 # Outputs worth keeping under selective checkpointing: each costs O(n^3)-ish FLOPs to recompute,
@@ -139,10 +139,12 @@ def _candidates(device: DeviceInfo) -> list[Checkpointing]:
     return [CheckpointBlocks(every=1), CheckpointBlocks(every=2), SelectiveCheckpoint(every=1)]
 
 
-register(TransformInfo(
+INFO = TransformInfo(
     name="checkpointing",
     plan_field="checkpointing",
     summary="Recompute each block's activations in backward instead of keeping them (full or selective).",
     devices=frozenset({"cpu", "cuda"}),
     candidates=_candidates,
-))
+    trade="memory",
+    rank=lambda device: 0,
+)

@@ -30,7 +30,7 @@ import torch
 from torch import fx, nn
 
 from torchsmith.plan import InPlace
-from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo, mark_applied, register
+from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo, mark_applied
 from torchsmith.text import first_line
 
 # Activation modules with an `inplace` flag.
@@ -114,10 +114,12 @@ def _candidates(device: DeviceInfo) -> list[InPlace]:
     return [InPlace(activations=True)]
 
 
-register(TransformInfo(
+INFO = TransformInfo(
     name="inplace",
     plan_field="inplace",
     summary="In-place activation modules where an fx trace shows it is safe (lower forward peak).",
     devices=frozenset({"cpu", "cuda"}),
     candidates=_candidates,
-))
+    trade="speed",
+    rank=lambda device: 6,
+)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from torchsmith.plan import LoaderConfig, Threads
-from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo, register
+from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo
 
 
 def apply_loader(workload: Any, cfg: LoaderConfig) -> tuple[Iterable[Any] | None, Change]:
@@ -69,11 +69,13 @@ def threads_beside_workers(cores: int, workers: int) -> int:
     return max(1, cores - workers)
 
 
-register(TransformInfo(
+INFO = TransformInfo(
     name="loader",
     plan_field="loader",
     summary="DataLoader workers, prefetch and pinning for workloads with a loader factory.",
     devices=frozenset({"cpu", "cuda"}),
     candidates=_candidates,
     companions=_companions,
-))
+    trade="speed",
+    rank=lambda device: 4,
+)

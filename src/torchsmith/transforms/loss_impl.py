@@ -37,7 +37,7 @@ from torch import nn
 from torchsmith.transforms.parts import LossFn, StepParts
 from torchsmith.ops.linear_cross_entropy import linear_cross_entropy
 from torchsmith.plan import LossImpl
-from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo, mark_applied, register
+from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo, mark_applied
 
 _DEFER = "_torchsmith_defer"
 
@@ -174,10 +174,12 @@ def _candidates(device: DeviceInfo) -> list[LossImpl]:
     return [LossImpl(impl="chunked")]
 
 
-register(TransformInfo(
+INFO = TransformInfo(
     name="loss_impl",
     plan_field="loss_impl",
     summary="LM head + cross-entropy in row chunks, never holding the (tokens, vocab) logits.",
     devices=frozenset({"cpu", "cuda"}),
     candidates=_candidates,
-))
+    trade="speed",
+    rank=lambda device: 5,
+)

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from torchsmith.plan import MemoryFormat
-from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo, mark_applied, register
+from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo, mark_applied
 
 _CONVS = (nn.Conv2d, nn.ConvTranspose2d)
 
@@ -82,10 +82,12 @@ def _candidates(device: DeviceInfo) -> list[MemoryFormat]:
     return [MemoryFormat(channels_last=True)]
 
 
-register(TransformInfo(
+INFO = TransformInfo(
     name="memory_format",
     plan_field="memory_format",
     summary="channels_last (NHWC) layout for conv weights and inputs.",
     devices=frozenset({"cpu", "cuda"}),
     candidates=_candidates,
-))
+    trade="speed",
+    rank=lambda device: 6,
+)

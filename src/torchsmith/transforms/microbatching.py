@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torchsmith.transforms.parts import StepParts
 from torchsmith.plan import MicroBatching
-from torchsmith.transforms.base import Change, DeviceInfo, TransformInfo, register
+from torchsmith.transforms.base import Change, DeviceInfo, TransformInfo
 
 
 def apply_microbatching(parts: StepParts, cfg: MicroBatching) -> Change:
@@ -28,10 +28,12 @@ def _candidates(device: DeviceInfo) -> list[MicroBatching]:
     return [MicroBatching(count=2), MicroBatching(count=4)]
 
 
-register(TransformInfo(
+INFO = TransformInfo(
     name="microbatching",
     plan_field="microbatching",
     summary="Split each batch into k micro-batches with gradient accumulation (less activation memory).",
     devices=frozenset({"cpu", "cuda"}),
     candidates=_candidates,
-))
+    trade="memory",
+    rank=lambda device: 2,
+)

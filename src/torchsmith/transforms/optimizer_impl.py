@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from torchsmith.plan import OptimizerImpl
-from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo, register
+from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo
 
 
 def apply_optimizer_impl(optimizer: torch.optim.Optimizer, cfg: OptimizerImpl) -> Change:
@@ -57,10 +57,12 @@ def _candidates(device: DeviceInfo) -> list[OptimizerImpl]:
     return [OptimizerImpl(impl=i) for i in ("for_loop", "foreach", "fused")]
 
 
-register(TransformInfo(
+INFO = TransformInfo(
     name="optimizer",
     plan_field="optimizer",
     summary="Optimizer update as a per-parameter loop, foreach (multi-tensor) or fused kernel.",
     devices=frozenset({"cpu", "cuda"}),
     candidates=_candidates,
-))
+    trade="speed",
+    rank=lambda device: 3,
+)

@@ -8,7 +8,7 @@ import torch
 
 from torchsmith.transforms.parts import StepParts
 from torchsmith.plan import FP32, Autocast, BF16Params, Precision
-from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo, register
+from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo
 
 
 def apply_precision(parts: StepParts, cfg: Precision) -> Change:
@@ -55,10 +55,12 @@ def _candidates(device: DeviceInfo) -> list[Precision]:
     return out
 
 
-register(TransformInfo(
+INFO = TransformInfo(
     name="precision",
     plan_field="precision",
     summary="Autocast to bf16/fp16 (GradScaler for fp16), or bf16 Linear/Conv weights with fp32 masters.",
     devices=frozenset({"cpu", "cuda"}),
     candidates=_candidates,
-))
+    trade="speed",
+    rank=lambda device: 0 if device.native_bf16 or device.type == "cuda" else 5,
+)

@@ -29,7 +29,7 @@ from torch import nn
 
 from torchsmith.transforms.parts import StepParts
 from torchsmith.plan import CompressSaved, KeepSaved, OffloadSaved, SavedTensors
-from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo, register
+from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo
 
 
 @dataclass
@@ -154,10 +154,12 @@ def _candidates(device: DeviceInfo) -> list[SavedTensors]:
     return out
 
 
-register(TransformInfo(
+INFO = TransformInfo(
     name="saved_tensors",
     plan_field="saved_tensors",
     summary="Store saved activations compressed to 16 bits, or offloaded to host memory (CUDA).",
     devices=frozenset({"cpu", "cuda"}),
     candidates=_candidates,
-))
+    trade="memory",
+    rank=lambda device: 1,
+)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from torchsmith.plan import Threads
-from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo, register
+from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo
 
 
 def apply_threads(cfg: Threads) -> Change:
@@ -45,10 +45,12 @@ def _candidates(device: DeviceInfo) -> list[Threads]:
     return [Threads(intra_op=n) for n in counts]
 
 
-register(TransformInfo(
+INFO = TransformInfo(
     name="threads",
     plan_field="threads",
     summary="Intra-op thread count: one core per op vs all cores.",
     devices=frozenset({"cpu"}),
     candidates=_candidates,
-))
+    trade="speed",
+    rank=lambda device: 2,
+)

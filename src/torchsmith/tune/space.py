@@ -7,12 +7,8 @@ from typing import Any
 
 import torch
 
-from torchsmith.transforms.base import DeviceInfo, registered_transforms
-
-SPEED_ORDER = ("threads", "precision", "optimizer", "loader", "loss_impl", "inplace", "memory_format", "compile")
-"""Knobs tried for speed, cheapest to measure first; compile last since each try compiles."""
-MEMORY_ORDER = ("checkpointing", "saved_tensors", "microbatching")
-"""Knobs that trade speed for memory: tried only when the best plan does not fit the memory limit."""
+from torchsmith.engine.registry import registered_transforms
+from torchsmith.transforms.base import DeviceInfo, TransformInfo
 
 
 @dataclass(frozen=True)
@@ -22,6 +18,8 @@ class Dimension:
     candidates: tuple[Any, ...]
     """Values of ``Plan.<plan_field>`` to try, the as-written value excluded."""
     saves_memory: bool
+    setup_seconds: float = 0.0
+    """One-off cost per candidate (compilation), set aside before measuring it."""
     joint: tuple[tuple[Any, dict[str, Any]], ...] = ()
     """(value, changes to other fields): candidates tried together with a companion change."""
 
@@ -39,22 +37,24 @@ def device_info(device: torch.device) -> DeviceInfo:
     return DeviceInfo(type=device.type, cores=fp.available_cores, native_bf16=bool(native))
 
 
-def search_space(device: DeviceInfo) -> list[Dimension]:
-    """Every registered transform that applies to ``device``, in the order the tuner tries them.
+def search_space(device: DeviceInfo, extra: tuple[TransformInfo, ...] = ()) -> list[Dimension]:
+    """Every registered transform that applies to ``device``, in the order the tuner tries them:
+    speed knobs before memory knobs, each by its registered rank on this device.
 
     Candidates never include the as-written value, and a candidate that cannot apply on this
-    device is never proposed (e.g. fp16 autocast off CUDA).
+    device is never proposed (e.g. fp16 autocast off CUDA). ``extra`` adds transforms.
     """
     from torchsmith.plan import Plan
 
     baseline = Plan()
     dims = []
-    for info in registered_transforms().values():
+    infos = registered_transforms(extra)
+    for info in infos.values():
         if device.type not in info.devices:
             continue
         values = tuple(v for v in info.candidates(device) if v != getattr(baseline, info.plan_field))
         joint = tuple((v, c) for v in values for c in info.companions(device, v))
         if values:
-            dims.append(Dimension(info.name, info.plan_field, values, info.plan_field in MEMORY_ORDER, joint))
-    order = {name: i for i, name in enumerate(SPEED_ORDER + MEMORY_ORDER)}
-    return sorted(dims, key=lambda d: (order.get(d.plan_field, len(SPEED_ORDER)), d.name))
+            dims.append(Dimension(info.name, info.plan_field, values, saves_memory=info.trade == "memory",
+                                  setup_seconds=info.setup_seconds, joint=joint))
+    return sorted(dims, key=lambda d: (d.saves_memory, infos[d.name].rank(device), d.name))

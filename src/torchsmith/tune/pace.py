@@ -1,0 +1,82 @@
+"""The search's time budget: what a measurement will cost, and how many steps fit.
+
+Costs are learnt as the search goes (model builds and memory tracking included), never
+assumed below the calibrated step time. Every estimate carries a safety factor, and the
+final proof is reserved from the start, so the search ends inside its budget.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+ESTIMATE_SAFETY = 1.2
+"""Estimates are inflated by 20%: step times on a shared machine drift upward under load."""
+MEASURED_SHARE = 0.7
+"""Share of the budget planned for timed steps; the rest covers builds, warm-ups and the proof."""
+MIN_STEPS = 3
+"""Fewest timed steps a measurement gets; below this a knob is skipped for lack of budget."""
+MIN_PROOF_STEPS = 6
+"""The proof measures at least this many steps, more than the search if need be."""
+MIN_WINDOW_SECONDS = 1.0
+"""Fast steps get more than 12 timed steps, up to this much time per plan when the budget allows:
+a pipeline with DataLoader workers needs a window of many steps to show its throughput."""
+MAX_STEPS_FLOOR = 12
+"""The timed steps a plan gets at most, unless the window above asks for more."""
+
+
+@dataclass
+class Pace:
+    budget_seconds: float
+    step_seconds: float
+    """Calibrated baseline step time."""
+    warmup: int
+    steps: int
+    """Timed steps per plan the budget allows for the whole search."""
+    start: float = field(default_factory=time.perf_counter)
+    spent_measuring: float = 0.0
+    plan_steps: int = 0
+
+    @classmethod
+    def calibrated(cls, budget_seconds: float, step_seconds: float, warmup: int, plans_to_measure: int,
+                   start: float) -> "Pace":
+        """Steps per plan so that ``plans_to_measure`` plans fit ``MEASURED_SHARE`` of what is left."""
+        spent = time.perf_counter() - start
+        steps = int((budget_seconds - spent) * MEASURED_SHARE / (plans_to_measure * step_seconds)) - warmup
+        window = max(MAX_STEPS_FLOOR, math.ceil(MIN_WINDOW_SECONDS / step_seconds))
+        return cls(budget_seconds, step_seconds, warmup, min(max(steps, MIN_STEPS), window), start=start)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def left(self) -> float:
+        return self.budget_seconds - self.elapsed()
+
+    def record(self, seconds: float, plans: int, steps: int) -> None:
+        """A measurement of ``plans`` plans, ``steps`` timed steps each, took ``seconds``."""
+        self.spent_measuring += seconds
+        self.plan_steps += plans * (self.warmup + steps)
+
+    def cost_per_plan_step(self) -> float:
+        return max(self.step_seconds, self.spent_measuring / max(self.plan_steps, 1))
+
+    def estimate(self, plans: int, steps: int | None = None, setup_seconds: float = 0.0) -> float:
+        """Seconds to measure ``plans`` plans (``setup_seconds`` is the one-off cost of all of them)."""
+        steps = self.steps if steps is None else steps
+        return plans * (self.warmup + steps) * self.cost_per_plan_step() * ESTIMATE_SAFETY + setup_seconds
+
+    def proof_reserve(self) -> float:
+        return self.estimate(2, max(self.steps, MIN_PROOF_STEPS))
+
+    def affordable(self, seconds: float) -> bool:
+        """Can a measurement of ``seconds`` still run, leaving the proof its time?"""
+        return self.elapsed() + seconds + self.proof_reserve() <= self.budget_seconds
+
+    def steps_that_fit(self, plans: int, setup_seconds: float = 0.0) -> int | None:
+        """The most timed steps (up to the planned ``steps``, at least ``MIN_STEPS``) with which
+        ``plans`` plans still fit the budget; None when even ``MIN_STEPS`` do not."""
+        for steps in range(self.steps, MIN_STEPS - 1, -1):
+            if self.affordable(self.estimate(plans, steps, setup_seconds)):
+                return steps
+        return None

@@ -1,0 +1,57 @@
+"""Repeatable decisions on noisy machines: undecided candidates get more rounds, large wins a re-check."""
+
+import pytest
+
+from torchsmith.harness.compare import PlanMeasurement
+from torchsmith.plan import Plan
+from torchsmith.tune import tune
+from torchsmith.tune.choose import pooled, unsure
+
+
+def counting_clock(seconds_for):
+    """A stub clock whose time for a plan may depend on how often that plan already ran."""
+    calls: dict[Plan, int] = {}
+
+    def clock(plan, run_step):
+        run_step()
+        calls[plan] = calls.get(plan, 0) + 1
+        return seconds_for(plan, calls[plan])
+    clock.calls = calls
+    return clock
+
+
+def test_a_large_win_seen_in_one_burst_is_rechecked_and_dropped():
+    # As when another process loaded the machine during the baseline's steps only: the first round
+    # shows the candidate 4x faster, every later round shows it as fast as the baseline.
+    def seconds(plan, n):
+        if plan.optimizer.impl == "fused":
+            return 0.25 if n <= 14 else 1.0
+        return 1.0
+
+    clock = counting_clock(seconds)
+    result = tune("mlp", budget="30m", knobs=["optimizer"], clock=clock)
+    assert result.plan.optimizer.impl != "fused"
+    fused = next(c for c in result.candidates if c.change == "optimizer.impl=fused")
+    assert fused.status == "slower" and fused.speedup == pytest.approx(1.0)  # median of 3 rounds
+
+
+def test_a_genuine_large_win_survives_its_recheck():
+    clock = counting_clock(lambda plan, n: 0.4 if plan.optimizer.impl == "fused" else 1.0)
+    result = tune("mlp", budget="30m", knobs=["optimizer"], clock=clock)
+    assert result.plan.optimizer.impl == "fused" and result.speedup == pytest.approx(2.5)
+
+
+def test_unsure_only_when_the_middle_half_straddles_the_threshold():
+    def m(times):
+        return PlanMeasurement(Plan(), sum(times) / len(times), step_times=times)
+
+    ref = m([1.0] * 8)
+    assert unsure(ref, m([0.9, 1.1] * 4))             # ratios 1.11 and 0.91 around 1.03
+    assert not unsure(ref, m([2.0, 2.2] * 4))         # clearly slower: no more rounds
+    assert not unsure(ref, m([0.5, 0.55] * 4))        # clearly faster
+
+
+def test_pooled_rounds_take_the_median_ratio_against_the_first_reference():
+    ref1, ref2, ref3 = (PlanMeasurement(Plan(), s) for s in (1.0, 2.0, 1.0))
+    a, b, c = (PlanMeasurement(Plan(), s) for s in (0.25, 2.0, 1.0))
+    assert pooled([(ref1, a), (ref2, b), (ref3, c)]).step_seconds == pytest.approx(1.0)
