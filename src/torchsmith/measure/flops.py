@@ -24,9 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import torch
+
+from torchsmith.torch_compat import in_backward
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
+
 
 __all__ = ["FlopStats", "count_flops"]
 
@@ -50,8 +52,7 @@ class FlopStats:
 
 
 def _in_backward() -> bool:
-    # -1 means no graph task is running on this thread: we are not inside backward.
-    return torch._C._current_graph_task_id() != -1
+    return in_backward()
 
 
 def _by_model_path(

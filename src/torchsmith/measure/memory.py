@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+from torchsmith.torch_compat import is_traceable_wrapper_subclass, profiler_event_tree, profiler_running, storage_key
 
 from torchsmith.measure.quiet import native_stderr_silenced
 
@@ -139,8 +139,7 @@ def _storages(t: torch.Tensor) -> Iterator[tuple[int, torch.UntypedStorage]]:
     Views share their base's StorageImpl, so keying on it counts a tensor and its views once.
     """
     for p in _plain_tensors(t):
-        s = p.untyped_storage()
-        yield s._cdata, s
+        yield storage_key(p), p.untyped_storage()
 
 
 _CONTAINERS = (list, tuple, set, frozenset, GeneratorType, KeysView, ValuesView, ItemsView)
@@ -297,7 +296,7 @@ class PeakMemoryTracker:
     # -- CPU ----------------------------------------------------------------
 
     def _enter_cpu(self) -> None:
-        if torch.autograd.profiler._is_profiler_enabled or torch._C._autograd._profiler_enabled():
+        if profiler_running():
             raise MemoryTrackingError(
                 "CPU peak memory is read from profiler allocation events, and a profiler "
                 "is already running; profilers do not nest.\n"
@@ -340,7 +339,7 @@ class PeakMemoryTracker:
                 self._profiler.__exit__(None, None, None)
         finally:
             self._detach_finalizers()
-        events = _cpu_memory_timeline(self._profiler.kineto_results.experimental_event_tree())
+        events = _cpu_memory_timeline(*profiler_event_tree(self._profiler))
         self._profiler = None
         start = sum(self._live_sizes)
         current = peak = start
@@ -363,26 +362,24 @@ class PeakMemoryTracker:
         )
 
 
-def _cpu_memory_timeline(roots: list[Any]) -> list[tuple[int, str, int, int]]:
+def _cpu_memory_timeline(roots: list[Any], event_type: Any) -> list[tuple[int, str, int, int]]:
     """Flatten the profiler event tree into ``(time_ns, kind, key, bytes)`` sorted by time.
 
     ``kind`` is ``"alloc"`` / ``"free"`` (key = block address) or ``"live_free"``
     (key = index into the live-at-start storages).
     """
-    from torch._C._profiler import _EventType
-
     timeline: list[tuple[int, str, int, int]] = []
     stack = list(roots)
     while stack:
         ev = stack.pop()
         stack.extend(ev.children)
-        if ev.tag == _EventType.Allocation:
+        if ev.tag == event_type.Allocation:
             fields = ev.extra_fields
             if fields.device.type != "cpu":
                 continue
             kind = "alloc" if fields.alloc_size > 0 else "free"
             timeline.append((ev.start_time_ns, kind, fields.ptr, abs(fields.alloc_size)))
-        elif ev.tag == _EventType.TorchOp and ev.name.startswith(_FREE_MARKER):
+        elif ev.tag == event_type.TorchOp and ev.name.startswith(_FREE_MARKER):
             timeline.append((ev.start_time_ns, "live_free", int(ev.name[len(_FREE_MARKER):]), 0))
     timeline.sort(key=lambda item: item[0])  # stable: ties keep recording order
     return timeline

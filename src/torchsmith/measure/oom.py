@@ -21,10 +21,10 @@ from typing import Any, Iterator
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_leaves
 
 from torchsmith.measure.memory import memory_split
 from torchsmith.text import first_line, format_bytes
+from torchsmith.torch_compat import storage_key, tree_leaves
 
 EMPTY_CACHE_NOTE = ("torch.cuda.empty_cache() does not help here: it only returns cached, unused blocks to "
                     "the driver and cannot free memory that live tensors (parameters, gradients, optimizer "
@@ -133,12 +133,12 @@ def explain(err: BaseException, model: nn.Module | None = None,
     names: dict[int, str] = {}
     if model is not None:
         for n, p in model.named_parameters():
-            names[p.untyped_storage()._cdata] = f"param {n}"
+            names[storage_key(p)] = f"param {n}"
             if p.grad is not None:
-                names[p.grad.untyped_storage()._cdata] = f"grad {n}"
+                names[storage_key(p.grad)] = f"grad {n}"
             for k, v in (optimizer.state.get(p, {}) if optimizer is not None else {}).items():
                 if isinstance(v, torch.Tensor):
-                    names[v.untyped_storage()._cdata] = f"optimizer {k} of {n}"
+                    names[storage_key(v)] = f"optimizer {k} of {n}"
     frame_tensors = [t for f in _frames(err.__traceback__) for v in f.f_locals.values() for t in tree_leaves(v)
                      if isinstance(t, torch.Tensor)]  # locals, and tensors in their tuples / lists / dicts
     saved = _saved_tensors(frame_tensors)
@@ -146,9 +146,9 @@ def explain(err: BaseException, model: nn.Module | None = None,
     state += [p.grad for p in state if p.grad is not None]
     state += [v for st in (optimizer.state.values() if optimizer else []) for v in st.values() if isinstance(v, torch.Tensor)]
     live: dict[int, LiveTensor] = {}
-    saved_keys = {t.untyped_storage()._cdata for t in saved}
+    saved_keys = {storage_key(t) for t in saved}
     for t in saved + frame_tensors + state:
-        key = t.untyped_storage()._cdata
+        key = storage_key(t)
         if key not in live:
             what = names.get(key, "saved for backward" if key in saved_keys else "activation or input")
             live[key] = LiveTensor(what, list(t.shape), str(t.dtype).removeprefix("torch."), t.untyped_storage().nbytes())
@@ -165,7 +165,7 @@ def explain(err: BaseException, model: nn.Module | None = None,
                 if isinstance(o, torch.Tensor) and not o.is_meta:
                     n = o.untyped_storage().nbytes()
                     if type(n) is int:  # symbolic sizes (traced tensors) are not memory
-                        others[o.untyped_storage()._cdata] = n
+                        others[storage_key(o)] = n
     other = sum(n for key, n in others.items() if key not in live and key not in names)
     device = next((p.device for p in model.parameters()), torch.device("cpu")) if model is not None else torch.device("cpu")
     allocated = torch.cuda.memory_allocated(device) if device.type == "cuda" else None
