@@ -22,7 +22,6 @@ import torch
 
 from torchsmith.engine.loop import build_step
 from torchsmith.batch import to_device
-from torchsmith.harness.compare import _cycle
 from torchsmith.plan import Plan
 from torchsmith.profile.analysis import analyse_trace
 from torchsmith.profile.capture import CaptureConfig, StepCapture
@@ -52,7 +51,7 @@ def main() -> None:
     args = parser.parse_args()
     workload = load_workload(args.workload)
     step = build_step(workload, Plan(), torch.device("cpu"))
-    batches = iter([to_device(b, torch.device("cpu")) for b in islice(_cycle(workload), 64)] * 1000)
+    batches = iter([to_device(b, torch.device("cpu")) for b in islice(workload.cycle(), 64)] * 1000)
     timed_steps(step, batches, 5)  # warm-up: allocator, first-call costs
     plain: list[float] = []
     window = {k: [] for k in VARIANTS}

@@ -31,7 +31,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 from torch import nn
@@ -95,6 +95,31 @@ class Workload:
         if self.eval_batches is None:
             return []
         return self.eval_batches() if callable(self.eval_batches) else self.eval_batches
+
+    def cycle(self, source: Iterable[Batch] | None = None) -> Iterator[Batch]:
+        """Batches forever, epoch after epoch, from ``source`` (default: the batches as written),
+        calling ``set_epoch(epoch)`` first when the source has it. An epoch without a single batch
+        raises :class:`WorkloadError` instead of looping forever.
+
+        >>> w = Workload(model=None, batches=[1, 2], loss=None, optimizer=None)
+        >>> from itertools import islice; list(islice(w.cycle(), 5))
+        [1, 2, 1, 2, 1]
+        """
+        epoch = 0
+        while True:
+            src = source if source is not None else self.iter_batches()
+            if hasattr(src, "set_epoch"):
+                src.set_epoch(epoch)
+            empty = True
+            for batch in src:
+                empty = False
+                yield batch
+            if empty:
+                raise WorkloadError(
+                    f"workload {self.name!r}: epoch {epoch} yielded no batches.\n"
+                    "Tip: check that `batches` (or the loader it builds) is not empty and can be iterated "
+                    "more than once (a generator is exhausted after one pass; pass a list or a function).")
+            epoch += 1
 
     @property
     def throughput_unit(self) -> tuple[str, int | None]:

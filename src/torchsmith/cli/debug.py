@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import typer
 
@@ -24,22 +24,6 @@ from torchsmith.cli.common import WORKLOAD_HELP, user_errors
 debug_app = typer.Typer(name="debug", no_args_is_help=True, add_completion=False,
                         help="Debug numerics and graphs: gradient norms, NaN/Inf culprits, gradcheck, fx graphs.")
 app.add_typer(debug_app, name="debug")
-
-
-def _cycle(workload: Any) -> Iterator[Any]:
-    """Batches forever, epoch after epoch (``set_epoch`` when the source has it)."""
-    epoch = 0
-    while True:
-        source = workload.iter_batches()
-        if hasattr(source, "set_epoch"):
-            source.set_epoch(epoch)
-        empty = True
-        for batch in source:
-            empty = False
-            yield batch
-        if empty:
-            raise ValueError(f"workload {workload.name!r} yielded no batches.")
-        epoch += 1
 
 
 def _load_attr(spec: str, what: str) -> Any:
@@ -71,7 +55,7 @@ def grads_command(
         w = load_workload(workload)
         step = build_step(w, Plan(), resolve_device(device))
         monitor = GradMonitor(step.model, optimizer=step.optimizer, every=every)
-        batches = _cycle(w)
+        batches = w.cycle()
         with step_progress(f"{w.name}: gradient norms", steps, quiet=as_json) as advance:
             for _ in range(steps):
                 step(next(batches))
@@ -113,7 +97,7 @@ def nan_command(
     with user_errors():
         w = load_workload(workload)
         step = build_step(w, Plan(), resolve_device(device))
-        parts, batches, finding, done = step.parts, _cycle(w), None, 0
+        parts, batches, finding, done = step.parts, w.cycle(), None, 0
         with NaNSentinel(step.model) as sentinel, step_progress(f"{w.name}: NaN sentinel", steps, quiet=as_json) as advance:
             for _ in range(steps):
                 batch = to_device(next(batches), parts.device)

@@ -20,7 +20,6 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from typing import Any, Callable, Iterable
 import torch
 
 from torchsmith.data.loader import LoaderArgs
+from torchsmith.measure.fingerprint import usable_cores
 from torchsmith.plan import LoaderConfig
 
 Factory = Callable[[LoaderConfig], Iterable[Any]]
@@ -75,11 +75,6 @@ class LoaderTuneResult:
         return LoaderConfig() if best is self.baseline else best.args.as_config()
 
 
-def available_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def measure_loader(factory: Factory, args: LoaderArgs, *, samples_per_batch: int, batches: int = 10,
@@ -119,7 +114,7 @@ def tune_loader(factory: Factory, *, samples_per_batch: int, written: LoaderArgs
                 progress: Callable[[int, int, str], None] | None = None) -> LoaderTuneResult:
     """Coordinate-descent search of loader arguments; see the module docstring."""
     written = written.effective()
-    cores = available_cores()
+    cores = usable_cores()
     cuda = torch.cuda.is_available()
     result = LoaderTuneResult(written=written, trials=[], samples_per_batch=samples_per_batch, batches=batches,
                               passes=passes, cores=cores, device="cuda" if cuda else "cpu", min_gain=min_gain)

@@ -164,17 +164,6 @@ def _prefetch_depth(plan: Plan) -> int:
     return (plan.loader.num_workers or 0) * (plan.loader.prefetch_factor or 2) if _has_workers(plan) else 0
 
 
-def _cycle(workload: Workload, source: Any) -> Iterator[Any]:
-    """Batches forever, epoch after epoch, from the plan's source (or the workload's as written)."""
-    epoch = 0
-    while True:
-        src = source if source is not None else workload.iter_batches()
-        if hasattr(src, "set_epoch"):
-            src.set_epoch(epoch)
-        yield from src
-        epoch += 1
-
-
 @contextmanager
 def _own_rng(state: "_State") -> Iterator[None]:
     """Run with this plan's own global-RNG stream, then hand the caller's back."""
@@ -216,7 +205,7 @@ class _State:
         except Exception as err:  # refused transform, bad config: recorded, not fatal
             return cls(plan, None, [], error=_describe(err), refused=isinstance(err, TransformError))
         initial = [p.detach().clone() for p in step_fn.model.parameters()]
-        return cls(plan, step_fn, initial, rng=rng_state(), batches=_cycle(workload, source),
+        return cls(plan, step_fn, initial, rng=rng_state(), batches=workload.cycle(source),
                    compare_steps=compare_steps, _close=loader_change.revert)
 
     def step(self, clock: StepTimer) -> None:

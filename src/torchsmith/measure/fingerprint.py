@@ -46,7 +46,8 @@ class MachineFingerprint:
     logical_cores: int
     """Logical CPUs in the machine (``os.cpu_count``)."""
     available_cores: int
-    """Logical CPUs this process may run on (affinity / container limits)."""
+    """Physical cores this process may run on (affinity and container limits; hyper-threads not
+    counted): ``usable_cores()``, the count every thread decision uses."""
     torch_threads: int
     """Intra-op threads PyTorch uses now (``torch.get_num_threads``)."""
     torch_version: str
@@ -128,10 +129,6 @@ def machine_fingerprint() -> MachineFingerprint:
         # Private and x86-only, but a second opinion where /proc is missing.
         native_bf16 = bool(torch.cpu._is_avx512_bf16_supported()) or None
     shown = tuple(sorted(f for f in flags if f in _BF16_FLAGS or f.startswith(("amx", "avx512"))))
-    try:
-        available = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on macOS / Windows
-        available = os.cpu_count() or 1
     cuda_device = cuda_capability = None
     if torch.cuda.is_available():
         index = torch.cuda.current_device()
@@ -143,7 +140,7 @@ def machine_fingerprint() -> MachineFingerprint:
         native_bf16=native_bf16,
         cpu_flags=shown,
         logical_cores=os.cpu_count() or 1,
-        available_cores=available,
+        available_cores=usable_cores(),
         torch_threads=torch.get_num_threads(),
         torch_version=torch.__version__,
         cuda_device=cuda_device,
@@ -151,3 +148,33 @@ def machine_fingerprint() -> MachineFingerprint:
         python_version=platform.python_version(),
         platform=platform.platform(terse=True),
     )
+
+
+def usable_cores() -> int:
+    """Physical cores this process may run on: the one core count for thread decisions.
+
+    It is PyTorch's default intra-op thread count; tune's thread candidates, the DataLoader
+    worker candidates and doctor's threads rule all count with it.
+
+    Hyper-threads share a core's execution units, so they are not counted: two threads on
+    one core's two hyper-threads rarely beat one for matmuls.
+    """
+    try:
+        cpus = os.sched_getaffinity(0)
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+    cores = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            info: dict[str, str] = {}
+            for line in f:
+                key, _, value = line.partition(":")
+                info[key.strip()] = value.strip()
+                if not line.strip():
+                    cpu = int(info.get("processor", -1))
+                    if cpu in cpus:
+                        cores.add((info.get("physical id"), info.get("core id", cpu)))
+                    info = {}
+    except OSError:
+        pass
+    return max(1, min(len(cpus), len(cores) or len(cpus)))

@@ -31,6 +31,7 @@ from typing import Any, Callable
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
+from torchsmith.measure.fingerprint import usable_cores
 from torchsmith.measure.memory import memory_split
 from torchsmith.measure.quiet import native_stderr_silenced
 
@@ -110,33 +111,6 @@ class Facts:
     @classmethod
     def from_json(cls, text: str) -> "Facts":
         return cls(**json.loads(text))
-
-
-def usable_cores() -> int:
-    """Physical cores this process may run on (PyTorch's default intra-op thread count).
-
-    Hyper-threads share a core's execution units, so they are not counted: two threads on
-    one core's two hyper-threads rarely beat one for matmuls.
-    """
-    try:
-        cpus = os.sched_getaffinity(0)
-    except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
-    cores = set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            info: dict[str, str] = {}
-            for line in f:
-                key, _, value = line.partition(":")
-                info[key.strip()] = value.strip()
-                if not line.strip():
-                    cpu = int(info.get("processor", -1))
-                    if cpu in cpus:
-                        cores.add((info.get("physical id"), info.get("core id", cpu)))
-                    info = {}
-    except OSError:
-        pass
-    return max(1, min(len(cpus), len(cores) or len(cpus)))
 
 
 class StepCapture:
