@@ -62,5 +62,5 @@ def test_graph_breaks_are_counted_with_reasons():
 def test_capture_inputs_from_a_loss_function():
     model = _MLP()
     x = torch.randn(3, 16)
-    args, kwargs = capture_inputs(model, lambda: model(x).sum())
+    args, kwargs = capture_inputs(model, lambda m, b: m(b).sum(), x)
     assert args[0] is x and kwargs == {}

@@ -186,7 +186,7 @@ def graph_command(
         torch.manual_seed(w.seed)
         model = w.model()
         batch = next(iter(w.iter_batches()))
-        args, kwargs = capture_inputs(model, lambda: w.loss(model, batch))
+        args, kwargs = capture_inputs(model, w.loss, batch)
         if as_json:
             result = inspect_graph(model, args, kwargs, explain=explain)
         else:

@@ -19,7 +19,7 @@ import contextlib
 import io
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import fx, nn
@@ -27,20 +27,8 @@ from torch.fx.passes.shape_prop import ShapeProp
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import FlopCounterMode
 
+from torchsmith.inspect.graph import NodeInfo, capture_inputs  # noqa: F401  (capture_inputs: part of debug's API)
 from torchsmith.text import first_line
-
-
-@dataclass(frozen=True)
-class NodeInfo:
-    name: str
-    op: str
-    """fx opcode: placeholder, get_attr, call_module, call_function, call_method, output."""
-    target: str
-    module: str
-    """Qualified name of the module the node belongs to ("" = the root)."""
-    shapes: list[list[int]]
-    dtype: str | None
-    flops: int
 
 
 @dataclass(frozen=True)
@@ -78,26 +66,6 @@ class _ShapeFlopProp(ShapeProp):
             out = super().run_node(n)
         self.flops[n.name] = counter.get_total_flops()
         return out
-
-
-def capture_inputs(model: nn.Module, run: Callable[[], Any]) -> tuple[tuple, dict]:
-    """The (args, kwargs) of ``model``'s first forward call inside ``run()`` (e.g. a loss function)."""
-    seen: list[tuple[tuple, dict]] = []
-
-    def hook(module, args, kwargs):
-        if not seen:
-            seen.append((args, kwargs))
-
-    handle = model.register_forward_pre_hook(hook, with_kwargs=True)
-    try:
-        with torch.no_grad():
-            run()
-    finally:
-        handle.remove()
-    if not seen:
-        raise ValueError("the model's forward was never called while computing the loss.\n"
-                         "Tip: the workload's loss(model, batch) must call model(...).")
-    return seen[0]
 
 
 @contextlib.contextmanager
@@ -188,7 +156,7 @@ def inspect_graph(model: nn.Module, args: tuple, kwargs: dict | None = None, *, 
         if n.op == "call_module" and n.target == "_guards_fn":  # export's input guard, not the model's
             continue
         target = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", str(n.target))
-        nodes.append(NodeInfo(n.name, n.op, str(target), _module_of(n), shapes, dtype, prop.flops.get(n.name, 0)))
+        nodes.append(NodeInfo(n.name, n.op, str(target), shapes, dtype, module=_module_of(n), flops=prop.flops.get(n.name, 0)))
     count, breaks, explain_error = graph_breaks(model, args, kwargs) if explain else (None, [], None)
     model.train(was_training)
     return GraphReport(tracer=tracer, fx_error=fx_error, export_error=export_error, nodes=nodes, total_flops=sum(n.flops for n in nodes),

@@ -25,15 +25,24 @@ from torchsmith.text import first_line
 
 @dataclass(frozen=True)
 class NodeInfo:
-    """One node of the traced graph, with the shape ShapeProp propagated through it."""
+    """One node of a traced graph (``inspect``'s fx trace, ``debug graph``'s fx or export trace)."""
 
     name: str
     op: str
     """fx opcode: placeholder, call_module, call_function, call_method, get_attr, output."""
     target: str
-    shape: str | None
-    """e.g. ``(16, 128, 256)``; None when the node's value is not a tensor."""
+    shapes: list[list[int]]
+    """Shapes of the tensors the node outputs; empty when its value is not a tensor."""
     dtype: str | None
+    module: str = ""
+    """Qualified name of the module the node belongs to ("" = the root), where the trace knows it."""
+    flops: int = 0
+    """FLOPs of the node's forward, where they were counted."""
+
+    @property
+    def shape(self) -> str | None:
+        """The first output's shape as text, e.g. ``(16, 128, 256)``; None for a non-tensor."""
+        return str(tuple(self.shapes[0])) if self.shapes else None
 
 
 @dataclass(frozen=True)
@@ -102,12 +111,12 @@ def trace_shapes(model: nn.Module, args: tuple, kwargs: dict) -> GraphInfo:
     nodes, shapes = [], _hook_shapes(model, args, kwargs)
     for node in gm.graph.nodes:
         meta = node.meta.get("tensor_meta")
-        shape = str(tuple(meta.shape)) if hasattr(meta, "shape") else None
         dtype = str(meta.dtype).removeprefix("torch.") if hasattr(meta, "dtype") else None
         target = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", str(node.target))
-        nodes.append(NodeInfo(node.name, node.op, target, shape, dtype))
-        if node.op == "call_module" and shape is not None:
-            shapes[node.target] = shape
+        info = NodeInfo(node.name, node.op, target, [list(meta.shape)] if hasattr(meta, "shape") else [], dtype)
+        nodes.append(info)
+        if node.op == "call_module" and info.shape is not None:
+            shapes[node.target] = info.shape
     calls = sum(n.op.startswith("call_") for n in nodes)
     return GraphInfo("fx", f"torch.fx symbolic trace: {len(nodes)} nodes ({calls} calls), shapes from ShapeProp.",
                      shapes, nodes)
