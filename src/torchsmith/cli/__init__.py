@@ -18,8 +18,15 @@ app = typer.Typer(
 
 
 @app.callback()
-def _root() -> None:
+def _root(
+    verbose: int = typer.Option(0, "--verbose", "-v", count=True,
+                                help="More library diagnostics on stderr: -v info, -vv debug."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Only errors on stderr."),
+) -> None:
     """Measured PyTorch training optimisation."""
+    from torchsmith.report.console import configure_logging
+
+    configure_logging(verbose=verbose, quiet=quiet)
 
 
 # Each import registers that group's commands on `app`.

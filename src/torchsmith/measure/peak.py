@@ -15,9 +15,9 @@ Example::
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
-import warnings
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,6 +25,8 @@ from pathlib import Path
 import torch
 
 from torchsmith.atomic import atomic_write_text
+
+logger = logging.getLogger(__name__)
 from torchsmith.measure.fingerprint import machine_fingerprint
 
 __all__ = ["PeakFlops", "machine_peak_flops", "mfu", "cache_path"]
@@ -94,10 +96,7 @@ def _read_cache(path: Path) -> dict[str, dict]:
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as err:
-        warnings.warn(
-            f"Ignoring unreadable peak-FLOPs cache {path}: {err}. It will be rewritten.",
-            stacklevel=3,
-        )
+        logger.warning("ignoring unreadable peak-FLOPs cache %s: %s; it will be rewritten", path, err)
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -246,11 +245,8 @@ def machine_peak_flops(
         _write_cache(path, cache)
     except OSError as err:
         # A read-only home must not stop a measurement; it only costs re-measuring.
-        warnings.warn(
-            f"Could not write the peak-FLOPs cache {path}: {err}.\n"
-            f"Tip: set {CACHE_ENV} to a writable directory.",
-            stacklevel=2,
-        )
+        logger.warning("could not write the peak-FLOPs cache %s: %s. Tip: set %s to a writable directory.",
+                       path, err, CACHE_ENV)
     return result
 
 

@@ -24,6 +24,7 @@ never hands back a regression.
 
 from __future__ import annotations
 
+import logging
 import time
 import traceback
 from dataclasses import dataclass, field, replace
@@ -44,6 +45,8 @@ from torchsmith.tune.pace import MIN_PROOF_STEPS, MIN_STEPS, Pace
 from torchsmith.tune.result import Candidate, TuneResult
 from torchsmith.tune.space import Dimension, device_info, search_space
 from torchsmith.workload import Workload
+
+logger = logging.getLogger(__name__)
 
 EXTRA_ROUNDS = 2
 """At most this many further rounds for a candidate the first round could not decide."""
@@ -176,6 +179,8 @@ class _Search:
         if verdict.winner is not None:
             self.best, self.best_speedup = verdict.winner.plan, verdict.winner.speedup
             self.best_m = next(m for m in measured if m.plan == self.best)
+        for c in verdict.candidates:
+            logger.info("%s: %s %s%s", dim.name, c.change, c.status, f" ({c.reason})" if c.reason else "")
         self._report(dim.name)
 
     def second_look(self, dims: list[Dimension]) -> None:
@@ -274,6 +279,7 @@ class _Search:
         return ms
 
     def _skip(self, dim: Dimension, why: str) -> None:
+        logger.info("%s: not searched: %s", dim.name, why)
         self.skipped.append((dim.name, why))
         self.done = min(self.done + len(dim.moves()) + 2, self.total - 2)
 
