@@ -21,7 +21,7 @@ from torchsmith.harness.compare import PlanMeasurement
 from torchsmith.plan import Plan
 from torchsmith.text import format_bytes
 from torchsmith.tune.guard import GuardConfig, guard_rejection
-from torchsmith.tune.result import Candidate
+from torchsmith.tune.result import Candidate, Status
 
 NOISE_MARGIN = 0.03
 """A candidate must beat the current best by more than 3% to replace it (shared-machine noise)."""
@@ -52,8 +52,15 @@ def fits(m: PlanMeasurement, memory_limit: int | None) -> bool:
     return memory_limit is None or (m.peak_memory_bytes is not None and m.peak_memory_bytes <= memory_limit)
 
 
-def failure_status(m: PlanMeasurement) -> str:
+def failure_status(m: PlanMeasurement) -> Status:
     return "n/a" if m.refused else "failed"
+
+
+def seconds(m: PlanMeasurement) -> float:
+    """The step time of a measurement that ran (every plan without ``error`` has one)."""
+    if m.step_seconds is None:
+        raise ValueError(f"{m.plan.describe()} has no step time: {m.error or 'it was not measured'}")
+    return m.step_seconds
 
 
 def rejection(m: PlanMeasurement, guard: GuardConfig, memory_limit: int | None) -> str | None:
@@ -88,8 +95,8 @@ def pooled(rounds: list[tuple[PlanMeasurement, PlanMeasurement]]) -> PlanMeasure
     compared with each other.
     """
     first_ref, first = rounds[0]
-    ratio = statistics.median(ref.step_seconds / m.step_seconds for ref, m in rounds)
-    return replace(first, step_seconds=first_ref.step_seconds / ratio)
+    ratio = statistics.median(seconds(ref) / seconds(m) for ref, m in rounds)
+    return replace(first, step_seconds=seconds(first_ref) / ratio)
 
 
 def choose(knob: str, moves: list[dict[str, Any]], measured: list[PlanMeasurement], current: PlanMeasurement,
@@ -113,9 +120,9 @@ def choose(knob: str, moves: list[dict[str, Any]], measured: list[PlanMeasuremen
     if not passed:
         return KnobVerdict(None, [], [v for v in verdicts if v is not None])
 
-    fastest_i = min(passed, key=lambda i: measured[i].step_seconds)
+    fastest_i = min(passed, key=lambda i: seconds(measured[i]))
     fastest = measured[fastest_i]
-    wins = fastest.step_seconds < current.step_seconds * (1 - NOISE_MARGIN) or not fits(current, memory_limit)
+    wins = seconds(fastest) < seconds(current) * (1 - NOISE_MARGIN) or not fits(current, memory_limit)
     leader = fastest if wins else current
     rival = f"{describe_move(moves[fastest_i])}'s" if wins else "the current best's"
     winner, close = None, []
@@ -125,8 +132,8 @@ def choose(knob: str, moves: list[dict[str, Any]], measured: list[PlanMeasuremen
             winner = verdicts[i] = Candidate.from_measurement(m, base, knob, "accepted", change=change)
             continue
         verdicts[i] = Candidate.from_measurement(
-            m, base, knob, "slower", f"{leader.step_seconds / m.step_seconds:.2f}x {rival} speed"
+            m, base, knob, "slower", f"{seconds(leader) / seconds(m):.2f}x {rival} speed"
             + ("" if wins else f" (needs > {WIN_RATIO:.2f}x to win)"), change)
-        if m.step_seconds <= leader.step_seconds * (1 + CLOSE_CALL):
+        if seconds(m) <= seconds(leader) * (1 + CLOSE_CALL):
             close.append(moves[i])
     return KnobVerdict(winner, close, [v for v in verdicts if v is not None])

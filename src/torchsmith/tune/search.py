@@ -37,11 +37,11 @@ from torchsmith.harness.compare import PlanMeasurement, StepTimer, measure_plans
 from torchsmith.measure.fingerprint import machine_fingerprint
 from torchsmith.plan import Plan
 from torchsmith.tune.choose import (
-    LARGE_WIN, KnobVerdict, choose, describe_move, failure_status, fits, pooled, rejection, unsure,
+    LARGE_WIN, KnobVerdict, choose, describe_move, failure_status, fits, pooled, rejection, seconds, unsure,
 )
 from torchsmith.tune.guard import GuardConfig
 from torchsmith.tune.mfu import tuned_mfu
-from torchsmith.tune.pace import MIN_PROOF_STEPS, MIN_STEPS, Pace
+from torchsmith.tune.pace import MEASURED_SHARE, MIN_PROOF_STEPS, MIN_STEPS, Pace
 from torchsmith.tune.result import Candidate, TuneResult
 from torchsmith.tune.space import Dimension, device_info, search_space
 from torchsmith.workload import Workload
@@ -81,9 +81,11 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
     _check_workload_runs(workload, dev)
     not_applicable: list[Candidate] = []
     dims = _applicable(workload, _dimensions(dev, knobs), dev, not_applicable)
-    run = _Search(workload, dev, guard, memory_limit, clock, warmup, on_progress, start, budget_seconds,
+    calib, pace = _calibrate(workload, dev, [d for d in dims if not d.saves_memory], budget_seconds, start, warmup,
+                             clock, measure_memory=memory_limit is not None)
+    run = _Search(workload, dev, guard, memory_limit, clock, on_progress, pace, best_m=calib,
                   total=2 + sum(len(d.moves()) + 2 for d in dims) + 2)
-    run.calibrate([d for d in dims if not d.saves_memory])
+    run.report("baseline")
     for dim in dims:
         run.walk(dim)
     run.second_look(dims)
@@ -109,46 +111,19 @@ class _Search:
     guard: GuardConfig
     memory_limit: int | None
     clock: StepTimer
-    warmup: int
     on_progress: Callable[[TuneProgress], None] | None
-    start: float
-    budget_seconds: float
+    pace: Pace
+    best_m: PlanMeasurement
+    """The latest measurement of ``best``."""
     total: int
-    pace: Pace | None = None
     best: Plan = field(default_factory=Plan)
     best_speedup: float | None = 1.0
-    best_m: PlanMeasurement | None = None
-    """The latest measurement of ``best``."""
     candidates: list[Candidate] = field(default_factory=list)
     close_calls: list[dict[str, Any]] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     done: float = 0.0
 
     # --- steps of the search, in the order ``search`` calls them ---------------------------
-
-    def calibrate(self, speed_dims: list[Dimension]) -> None:
-        """Time a few baseline steps; from that, the steps each measurement gets within the budget.
-
-        Refuses a budget too small for the floor: the baseline beside one candidate, then the proof.
-        """
-        calib = measure_plans(self.workload, [Plan()], warmup=1, steps=2, device=self.device, clock=self.clock,
-                              measure_memory=self.memory_limit is not None)[0]
-        if calib.error:
-            raise TuneError(f"the baseline of {self.workload.name} failed while calibrating: {calib.error}")
-        step_s = calib.step_seconds or 1e-3
-        plans_to_measure = 2 + sum(len(d.moves()) + 2 for d in speed_dims) + 2
-        self.pace = Pace.calibrated(self.budget_seconds, step_s, self.warmup, plans_to_measure, self.start)
-        need = self.pace.elapsed() + self.pace.estimate(4, MIN_STEPS)
-        if self.budget_seconds < need:
-            full = self.pace.elapsed() + plans_to_measure * (self.warmup + MIN_STEPS) * step_s / 0.7
-            raise TuneError(
-                f"a budget of {self.budget_seconds:.0f} s is too small to measure even the baseline: one step "
-                f"of {self.workload.name} takes {step_s:.2f} s here, so the baseline, one candidate and the "
-                f"final proof need about {need:.0f} s.\n"
-                f"Tip: pass --budget {max(60, int(need * 3) // 60 * 60 + 60)}s or more (a full search of "
-                f"{plans_to_measure - 2} candidates needs about {full:.0f} s).")
-        self.best_m = calib
-        self._report("baseline")
 
     def walk(self, dim: Dimension) -> None:
         """Measure one knob's candidates on top of the best plan; keep the winner, if any."""
@@ -163,7 +138,7 @@ class _Search:
                             f"proof need (~{self.pace.estimate(3, MIN_STEPS, dim.setup_seconds):.0f} s "
                             f"+ ~{self.pace.proof_reserve():.0f} s)")
             return
-        self._report(dim.name)
+        self.report(dim.name)
         plans = self._beside_best([self.best.replace(**m) for m in moves])
         ms = self._measure(plans, steps, dim.name)
         base_m, current = ms[0], ms[1] if self.best != Plan() else ms[0]
@@ -181,7 +156,7 @@ class _Search:
             self.best_m = next(m for m in measured if m.plan == self.best)
         for c in verdict.candidates:
             logger.info("%s: %s %s%s", dim.name, c.change, c.status, f" ({c.reason})" if c.reason else "")
-        self._report(dim.name)
+        self.report(dim.name)
 
     def second_look(self, dims: list[Dimension]) -> None:
         """A knob kept early may no longer pay on top of the later ones, a close call may win there,
@@ -191,7 +166,7 @@ class _Search:
         setup = _setup_seconds([v for _, v in variants], dims, self.best)
         if not variants or not self.pace.affordable(self.pace.estimate(len(variants) + 2, setup_seconds=setup)):
             return
-        self._report("second look")
+        self.report("second look")
         ms = self._measure([Plan(), self.best, *(v for _, v in variants)], self.pace.steps, "second look")
         base_m, best_m = ms[0], ms[1]
         chosen = choose("second look", [{}] * len(variants), ms[2:], best_m, base_m, self.guard, self.memory_limit)
@@ -205,9 +180,9 @@ class _Search:
         """Re-measure the best plan beside the baseline, with more steps than the search used; fall
         back to the baseline if it is not faster there (unless the baseline breaks the memory limit)."""
         self.done = self.total - 2
-        self._report("proof")
+        self.report("proof")
         plans = [Plan(), self.best] if self.best != Plan() else [Plan()]
-        ms = measure_plans(self.workload, plans, warmup=self.warmup, steps=max(self.pace.steps, MIN_PROOF_STEPS),
+        ms = measure_plans(self.workload, plans, warmup=self.pace.warmup, steps=max(self.pace.steps, MIN_PROOF_STEPS),
                            device=self.device, clock=self.clock, compare_steps=self.guard.steps)
         base_c = Candidate.from_measurement(ms[0], ms[0], "baseline", "baseline")
         best_c = Candidate.from_measurement(ms[-1], ms[0], "best", "accepted")
@@ -223,16 +198,16 @@ class _Search:
         baseline_mfu, best_mfu = tuned_mfu(self.workload, self.device, proof.baseline.step_seconds,
                                            proof.best.step_seconds, proof.plan)
         self.done = self.total
-        self._report("done")
+        self.report("done")
         w = self.workload
         return TuneResult(
             workload=w.name, plan=proof.plan, baseline=proof.baseline, best=proof.best,
             candidates=self.candidates + not_applicable, throughput_unit=w.throughput_unit[0] + "/s",
-            items_per_step=w.throughput_unit[1], budget_seconds=self.budget_seconds,
-            elapsed_seconds=time.perf_counter() - self.start, memory_limit_bytes=self.memory_limit, guard=self.guard,
+            items_per_step=w.throughput_unit[1], budget_seconds=self.pace.budget_seconds,
+            elapsed_seconds=self.pace.elapsed(), memory_limit_bytes=self.memory_limit, guard=self.guard,
             fingerprint=machine_fingerprint(), device=str(self.device), baseline_losses=proof.measurements[0].losses,
             best_losses=proof.measurements[-1].losses, skipped=self.skipped, notes=proof.notes,
-            warmup_steps=self.warmup, timed_steps=self.pace.steps, baseline_mfu=baseline_mfu, best_mfu=best_mfu)
+            warmup_steps=self.pace.warmup, timed_steps=self.pace.steps, baseline_mfu=baseline_mfu, best_mfu=best_mfu)
 
     # --- helpers ------------------------------------------------------------------------
 
@@ -271,9 +246,9 @@ class _Search:
 
     def _measure(self, plans: list[Plan], steps: int, label: str) -> list[PlanMeasurement]:
         began, done = time.perf_counter(), self.done
-        ms = measure_plans(self.workload, plans, warmup=self.warmup, steps=steps, device=self.device,
+        ms = measure_plans(self.workload, plans, warmup=self.pace.warmup, steps=steps, device=self.device,
                            clock=self.clock, compare_steps=self.guard.steps,
-                           on_step=lambda i, n: self._report(label, done + len(plans) * i / n))
+                           on_step=lambda i, n: self.report(label, done + len(plans) * i / n))
         self.pace.record(time.perf_counter() - began, len(plans), steps)
         self.done = min(done + len(plans), self.total - 2)
         return ms
@@ -283,16 +258,40 @@ class _Search:
         self.skipped.append((dim.name, why))
         self.done = min(self.done + len(dim.moves()) + 2, self.total - 2)
 
-    def _report(self, knob: str, done: float | None = None) -> None:
+    def report(self, knob: str, done: float | None = None) -> None:
         if self.on_progress:
             self.on_progress(TuneProgress(self.done if done is None else done, self.total, knob, self.best.describe(),
-                                          self.best_speedup, time.perf_counter() - self.start, self.budget_seconds))
+                                          self.best_speedup, self.pace.elapsed(), self.pace.budget_seconds))
+
+
+def _calibrate(workload: Workload, dev: torch.device, speed_dims: list[Dimension], budget_seconds: float,
+               start: float, warmup: int, clock: StepTimer, measure_memory: bool) -> tuple[PlanMeasurement, Pace]:
+    """Time a few baseline steps; from that, the steps each measurement gets within the budget.
+
+    Refuses a budget too small for the floor: the baseline beside one candidate, then the proof.
+    """
+    calib = measure_plans(workload, [Plan()], warmup=1, steps=2, device=dev, clock=clock,
+                          measure_memory=measure_memory)[0]
+    if calib.error:
+        raise TuneError(f"the baseline of {workload.name} failed while calibrating: {calib.error}")
+    step_s = calib.step_seconds or 1e-3
+    plans_to_measure = 2 + sum(len(d.moves()) + 2 for d in speed_dims) + 2
+    pace = Pace.calibrated(budget_seconds, step_s, warmup, plans_to_measure, start)
+    need = pace.elapsed() + pace.estimate(4, MIN_STEPS)
+    if budget_seconds < need:
+        full = pace.elapsed() + plans_to_measure * (warmup + MIN_STEPS) * step_s / MEASURED_SHARE
+        raise TuneError(
+            f"a budget of {budget_seconds:.0f} s is too small to measure even the baseline: one step "
+            f"of {workload.name} takes {step_s:.2f} s here, so the baseline, one candidate and the "
+            f"final proof need about {need:.0f} s.\n"
+            f"Tip: pass --budget {max(60, int(need * 3) // 60 * 60 + 60)}s or more (a full search of "
+            f"{plans_to_measure - 2} candidates needs about {full:.0f} s).")
+    return calib, pace
 
 
 def _large_win(rounds: list[tuple[PlanMeasurement, PlanMeasurement]]) -> bool:
     """Still above ``LARGE_WIN`` over the best, pooled over the rounds so far: re-check it."""
-    reference = rounds[0][0]
-    return reference.step_seconds / pooled(rounds).step_seconds > LARGE_WIN
+    return seconds(rounds[0][0]) / seconds(pooled(rounds)) > LARGE_WIN
 
 
 def _setup_seconds(plans: list[Plan], dims: list[Dimension], reference: Plan) -> float:
@@ -326,7 +325,7 @@ def _applicable(workload: Workload, dims: list[Dimension], dev: torch.device, ou
                 values.append(value)
             else:
                 out.append(Candidate.from_measurement(refused, PlanMeasurement(Plan(), None), dim.name,
-                                                      failure_status(refused), refused.error, plan.describe()))
+                                                      failure_status(refused), refused.error or "", plan.describe()))
         if values:
             kept.append(replace(dim, candidates=tuple(values), joint=tuple(j for j in dim.joint if j[0] in values)))
     return kept
