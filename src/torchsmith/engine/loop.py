@@ -20,6 +20,7 @@ from torchsmith.engine.run_checkpoints import LocalCheckpoints, restore
 from torchsmith.engine.step import Step, prepare
 from torchsmith.measure.timing import PhaseSummary, PhaseTimer
 from torchsmith.plan import Plan
+from torchsmith.text import first_line
 from torchsmith.seeding import rng_state, seed_everything, set_rng_state
 from torchsmith.transforms.loader import apply_loader
 from torchsmith.workload import Workload
@@ -85,9 +86,23 @@ class RunResult:
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
+    """``None``/``"auto"``: CUDA when available. A device this machine lacks is a one-line error."""
     if device in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    try:
+        dev = torch.device(device)
+    except RuntimeError as err:
+        raise ValueError(f"--device {device!r} is not a device ({first_line(err)}).\n"
+                         "Tip: use cpu, cuda, cuda:1 or auto.") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            why = "this torch build has no CUDA" if torch.version.cuda is None else "no CUDA GPU is visible"
+            raise ValueError(f"--device {device}: {why} (torch {torch.__version__}).\n"
+                             "Tip: pass --device cpu, or --device auto to use a GPU only when there is one.")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) are visible.\n"
+                             f"Tip: use cuda:0 .. cuda:{torch.cuda.device_count() - 1}.")
+    return dev
 
 
 def build_step(workload: Workload, plan: Plan, device: torch.device) -> Step:

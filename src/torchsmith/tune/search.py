@@ -193,12 +193,13 @@ def _calibrate(workload: Workload, dev, speed_dims: list[Dimension], budget_seco
     need = spent + 4 * (warmup + 3) * step_s * 1.2
     if budget_seconds < need:
         full = spent + plans_to_measure * (warmup + 3) * step_s / 0.7
+        minimum = math.ceil(need)
         raise TuneError(
-            f"a budget of {budget_seconds:.0f} s is too small to measure even the baseline: one step of "
-            f"{workload.name} takes {step_s:.2f} s here, so the baseline, one candidate and the final "
-            f"proof need about {need:.0f} s.\n"
-            f"Tip: pass --budget {max(60, int(need * 3) // 60 * 60 + 60)}s or more (a full search of "
-            f"{plans_to_measure - 2} candidates needs about {full:.0f} s)."
+            f"a budget of {budget_seconds:g} s is too small: timing {workload.name}'s first baseline steps "
+            f"already took {spent:.1f} s ({step_s:.2f} s a step here), and the baseline, one candidate and the "
+            f"final proof need about {minimum} s in all.\n"
+            f"Tip: pass --budget {minimum}s or more; a full search of {plans_to_measure - 2} candidates needs "
+            f"about {math.ceil(full)} s."
         )
     steps = int((budget_seconds - spent) * 0.7 / (plans_to_measure * step_s)) - warmup
     return calib, step_s, min(max(steps, 3), max(12, math.ceil(MIN_WINDOW_SECONDS / step_s)))
