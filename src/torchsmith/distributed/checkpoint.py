@@ -45,7 +45,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from torchsmith.atomic import atomic_write_text
-from torchsmith.distributed.safe_metadata import MetadataRefusedError, SafeFileSystemReader
+from torchsmith.distributed.safe_metadata import MetadataRefusedError, SafeFileSystemReader, load_metadata
 from torchsmith.transforms.parts import StepParts
 
 MARKER = "COMMITTED"
@@ -169,9 +169,11 @@ class DistCheckpointer:
         skipped = [(p, why) for p, why in skipped if int(_STEP.match(p.name).group(1)) > step]
         tensors, plain_template = _split(_state_dict(parts))
         try:
-            dcp.load(tensors, storage_reader=SafeFileSystemReader(str(path)))
+            # Checked here first: inside dcp.load a refusal comes back wrapped in a CheckpointException.
+            load_metadata(path / ".metadata")
         except MetadataRefusedError as err:
             raise DistCheckpointError(str(err)) from None
+        dcp.load(tensors, storage_reader=SafeFileSystemReader(str(path)))
         mine = _read_rank_json(path, dist.get_rank())
         optim_plain = {}
         for rank_file in sorted(path.glob("rank_*.json")):  # ZeRO-1: each rank saved its own groups
