@@ -22,10 +22,11 @@ def cli(*args: str):
 
 
 def one_line_error(stderr: str) -> str:
-    """The error a user sees: it starts with 'error:' and carries no traceback."""
+    """The error a user sees: it starts with 'error:' and carries no traceback. Returned with its
+    whitespace joined, since the terminal wraps long lines."""
     assert "Traceback" not in stderr, stderr
     assert stderr.startswith("error: "), stderr
-    return stderr
+    return " ".join(stderr.split())
 
 
 def tiny(name: str = "tiny", lr: float = 0.1, width: int = 4, loss=None, seed: int = 0) -> Workload:
