@@ -11,10 +11,40 @@ Example::
 from __future__ import annotations
 
 import os
+import re
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, Iterator
+
+
+_TEMP = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
+"""Our temp names: ``.{final name}.{8 mkstemp characters}.tmp``."""
+PROCESS_START = time.time()
+"""When this process imported the module: a temp file older than this was left by an earlier process."""
+
+
+def remove_orphan_temps(directory: str | os.PathLike, older_than: float | None = None) -> list[Path]:
+    """Delete temp files a killed process left in ``directory`` (SIGKILL skips our cleanup).
+
+    Only names of our own pattern, last modified before ``older_than`` (default: this process's
+    start), so a save in flight in another live process is never touched.
+    """
+    cutoff = PROCESS_START if older_than is None else older_than
+    removed = []
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return removed
+    for entry in entries:
+        try:
+            if _TEMP.match(entry.name) and entry.is_file(follow_symlinks=False) and entry.stat().st_mtime < cutoff:
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+        except OSError:
+            pass  # gone already, or not ours to delete: never fail a save over a leftover
+    return removed
 
 
 @contextmanager

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import types
 import typing
@@ -78,7 +79,7 @@ def _from_json(tp: Any, value: Any, path: str) -> Any:
         if len(classes) > 1 or hasattr(classes[0], "kind"):
             kinds = {c.kind: c for c in classes}
             kind = value.get("kind")
-            if kind not in kinds:
+            if not isinstance(kind, str) or kind not in kinds:
                 raise PlanError(f"{path}.kind: {kind!r} is not one of {sorted(kinds)}")
             cls = kinds[kind]
             value = {k: v for k, v in value.items() if k != "kind"}
@@ -118,6 +119,8 @@ def _check(value: Any, tp: Any, path: str, meta: Any = None) -> None:
             if isinstance(value, bool) or not isinstance(value, (int, float) if option is float else int):
                 errors.append("an integer" if option is int else "a number")
                 continue
+            if isinstance(value, float) and not math.isfinite(value):
+                raise PlanError(f"{path}: {value} is not a finite number")
             lo, hi = (meta or {}).get("min"), (meta or {}).get("max")
             if (lo is not None and value < lo) or (hi is not None and value > hi):
                 raise PlanError(f"{path}: {value} is out of range; allowed: {lo} to {hi}")
@@ -427,12 +430,21 @@ class Plan(_Config):
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Plan":
         path = Path(path)
+        if path.is_dir():
+            raise PlanError(f"plan file {str(path)!r} is a directory.\nTip: pass the plan.json inside it, "
+                            f"e.g. --plan {path / 'plan.json'}")
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(path.read_bytes().decode("utf-8"))
         except FileNotFoundError:
             raise PlanError(f"plan file {str(path)!r} does not exist.\nTip: write one with `torchsmith tune --out {path}`") from None
         except json.JSONDecodeError as err:
             raise PlanError(f"plan file {str(path)!r} is not valid JSON: {err}") from None
+        except UnicodeDecodeError as err:
+            raise PlanError(f"plan file {str(path)!r} is not UTF-8 text (byte {err.start}).") from None
+        except RecursionError:
+            raise PlanError(f"plan file {str(path)!r} nests too deeply to be a plan.") from None
+        except OSError as err:
+            raise PlanError(f"plan file {str(path)!r} cannot be read: {err.strerror or err}.") from None
         try:
             return cls.from_dict(data)
         except PlanError as err:

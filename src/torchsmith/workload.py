@@ -149,7 +149,12 @@ def load_workload(spec: str | Workload | None = None) -> Workload:
         )
     factory = import_attr(target, f"workload spec {spec!r}")
     attr = target.rpartition(":")[2]
-    workload = factory() if callable(factory) and not isinstance(factory, Workload) else factory
+    try:
+        workload = factory() if callable(factory) and not isinstance(factory, Workload) else factory
+    except Exception as err:  # the user's factory failed: one line naming it and where, not a traceback
+        raise WorkloadError(f"workload spec {spec!r}: {attr}() raised {type(err).__name__}: {_first(err)}"
+                            f"{_where(err)}.\nTip: run the factory on its own (python -c 'import ...; "
+                            f"{attr}()') to see the full traceback.") from err
     if not isinstance(workload, Workload):
         raise WorkloadError(
             f"workload spec {spec!r}: {attr}() returned {type(workload).__name__}, expected torchsmith.Workload.\n"
@@ -158,6 +163,28 @@ def load_workload(spec: str | Workload | None = None) -> Workload:
     if workload.name == "workload":
         workload.name = spec
     return workload
+
+
+def check_scalar_loss(loss: Any, where: str = "loss(model, batch)") -> None:
+    """Raise :class:`WorkloadError` unless ``loss`` is a one-element tensor (backward needs a scalar)."""
+    if not isinstance(loss, torch.Tensor):
+        raise WorkloadError(f"the workload's {where} returned {type(loss).__name__}; expected a scalar tensor.\n"
+                            "Tip: return the loss tensor itself, e.g. F.cross_entropy(model(x), y).")
+    if loss.numel() != 1:
+        raise WorkloadError(f"the workload's {where} returned a tensor of shape {tuple(loss.shape)}; "
+                            "expected a scalar (shape ()).\nTip: reduce it, e.g. `.mean()` over the batch.")
+
+
+def _first(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__
+
+
+def _where(err: BaseException) -> str:
+    import traceback
+
+    frames = traceback.extract_tb(err.__traceback__)
+    return f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
 
 
 def import_attr(target: str, what: str) -> Any:
@@ -193,7 +220,14 @@ def _import_module(what: str, module_part: str):
         sys.modules[name] = module
         # The user's file may import siblings, as it would under `python file.py`.
         sys.path.insert(0, str(path.parent.resolve()))
-        module_spec.loader.exec_module(module)
+        try:
+            module_spec.loader.exec_module(module)
+        except SyntaxError as err:
+            raise WorkloadError(f"{what}: {err.filename}:{err.lineno}: syntax error: {err.msg}.\n"
+                                f"Tip: fix that line; `python -m py_compile {path}` checks the file.") from None
+        except Exception as err:
+            raise WorkloadError(f"{what}: importing {str(path)!r} raised {type(err).__name__}: {_first(err)}"
+                                f"{_where(err)}.\nTip: `python {path}` shows the full traceback.") from err
         return module
     if "" not in sys.path and os.getcwd() not in sys.path:
         # `torchsmith tune mymod:workload` should find mymod.py in the current directory, as

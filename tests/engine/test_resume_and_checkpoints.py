@@ -7,6 +7,7 @@ import torch
 
 from torchsmith.engine.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint
 from torchsmith.engine.loop import run
+from torchsmith.engine.manifest import write_manifest
 from toy_workloads import dropout_workload
 
 
@@ -57,6 +58,7 @@ def test_malicious_pickle_is_refused_and_never_executed(tmp_path):
     _Payload.marker = tmp_path / "pwned"
     path = tmp_path / "step_00000001.pt"
     torch.save({"format_version": 1, "step": 1, "model": _Payload()}, path)
+    write_manifest(path, 1, "someone")  # a valid SHA-256: the refusal must come from weights_only itself
     with pytest.raises(CheckpointError, match="refused to load .* never unpickles arbitrary objects"):
         load_checkpoint(path)
     assert not _Payload.marker.exists()
@@ -68,7 +70,7 @@ def test_malicious_pickle_is_refused_and_never_executed(tmp_path):
 
 def test_save_is_atomic_and_leaves_no_temp_files(tmp_path):
     save_checkpoint(tmp_path, 1, {"x": torch.ones(3)})
-    assert [p.name for p in tmp_path.iterdir()] == ["step_00000001.pt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_00000001.pt", "step_00000001.pt.json"]
     (tmp_path / ".step_00000002.pt.abc.tmp").write_bytes(b"partial")  # a crash mid-write
     assert list_checkpoints(tmp_path) == [tmp_path / "step_00000001.pt"]
 

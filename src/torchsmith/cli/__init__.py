@@ -17,11 +17,27 @@ app = typer.Typer(
 
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        import torch
+
+        try:
+            mine = version("torchsmith")
+        except PackageNotFoundError:  # run from a source tree without an install
+            mine = "unknown (not installed)"
+        typer.echo(f"torchsmith {mine} (torch {torch.__version__})")
+        raise typer.Exit()
+
+
 @app.callback()
 def _root(
     verbose: int = typer.Option(0, "--verbose", "-v", count=True,
                                 help="More library diagnostics on stderr: -v info, -vv debug."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Only errors on stderr."),
+    show_version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                      help="Print the torchsmith and torch versions and exit."),
 ) -> None:
     """Measured PyTorch training optimisation."""
     from torchsmith.report.console import configure_logging

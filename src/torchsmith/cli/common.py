@@ -8,6 +8,7 @@ import typer
 from rich.markup import escape
 
 from torchsmith.debug.nan_sentinel import NonFiniteError
+from torchsmith.distributed.checkpoint import DistCheckpointError
 from torchsmith.engine.oom import OOMError
 from torchsmith.engine.checkpoint import CheckpointError
 from torchsmith.plan import PlanError
@@ -16,7 +17,7 @@ from torchsmith.transforms.base import TransformError
 from torchsmith.workload import WorkloadError
 
 USER_ERRORS: tuple[type[Exception], ...] = (PlanError, WorkloadError, TransformError, CheckpointError, ValueError,
-                                            NonFiniteError, OOMError)
+                                            NonFiniteError, OOMError, DistCheckpointError)
 """Errors whose message is the diagnosis: shown without a traceback."""
 
 WORKLOAD_HELP = "Built-in name (gpt-mini, cnn-mini, mlp), package.module:function or path/to/file.py:function."

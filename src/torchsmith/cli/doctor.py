@@ -49,7 +49,7 @@ def doctor_command(
             try:
                 result = doctor_script(python_command(args), cfg, trace=trace)
             except DoctorError as err:
-                error_console.print(f"[bold red]error:[/] {err}", highlight=False, markup=False)
+                error_console.print(f"error: {err}", highlight=False, markup=False)
                 code = getattr(err, "exit_code", 0)
                 raise typer.Exit((code if code > 0 else 128 - code) if code else 2) from None
         else:

@@ -26,7 +26,7 @@ def launch_command(
 
     Example: torchsmith launch --nproc-per-node 2 --max-restarts 3 -- run mlp --steps 200 --checkpoint-dir ckpt --resume
     """
-    from torchsmith.distributed.launch import LaunchConfig, build_command, run_command
+    from torchsmith.distributed.launch import LaunchConfig, build_command, probe_endpoint, run_command
     from torchsmith.report.console import console
     from torchsmith.report.dist import render_launch
 
@@ -37,6 +37,8 @@ def launch_command(
         cfg = LaunchConfig(nproc_per_node=nproc_per_node, nnodes=nnodes, rdzv_backend=rdzv_backend,
                            rdzv_endpoint=rdzv_endpoint, rdzv_id=rdzv_id, max_restarts=max_restarts, log_dir=log_dir)
         cmd, notes = build_command(cfg, list(command))
+        if rdzv_endpoint and rdzv_backend == "c10d" and not dry_run:
+            probe_endpoint(rdzv_endpoint)  # a busy port would make torchrun wait forever, silently
     render_launch(cmd, notes, console, dry_run=dry_run)
     if not dry_run:
         raise typer.Exit(run_command(cmd))

@@ -22,34 +22,45 @@ def run_command(
     checkpoint_dir: Optional[Path] = typer.Option(None, "--checkpoint-dir", help="Write checkpoints here."),
     checkpoint_every: Optional[int] = typer.Option(None, "--checkpoint-every", min=1, help="Checkpoint every K steps (always at the end)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the newest good checkpoint in --checkpoint-dir."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Delete the checkpoints already in --checkpoint-dir and start a fresh run."),
+    force: bool = typer.Option(False, "--force", help="With --resume: load a checkpoint even if it was written with another workload or plan."),
+    allow_nonfinite: bool = typer.Option(False, "--allow-nonfinite", help="Exit 0 even if the final loss is non-finite or every step was skipped."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1 or auto."),
     keep_last_k: int = typer.Option(3, "--keep-last-k", min=1, help="Keep only the newest K checkpoints."),
     async_checkpoint: bool = typer.Option(False, "--async-checkpoint", help="Under torchrun: write DCP checkpoints in the background."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of a table."),
 ) -> None:
     """Train WORKLOAD with a plan: progress bar, exact checkpoint and resume, and a summary table."""
-    from torchsmith.engine.loop import run
+    from torchsmith.engine.loop import RunFailedError, run
     from torchsmith.harness.run_metrics import measure_run_metrics
     from torchsmith.plan import Plan
-    from torchsmith.report.console import console
+    from torchsmith.report.console import console, error_console
     from torchsmith.report.progress import run_progress
     from torchsmith.report.run import render_run, run_to_dict
     from torchsmith.workload import load_workload
 
     # Under torchrun every rank runs this command; only rank 0 shows progress and results.
     rank_zero = int(os.environ.get("RANK", "0")) == 0
+    failure = None
     with user_errors():
         w = load_workload(workload)
         p = Plan.load(plan) if plan else Plan()
         eval_every = eval_every or max(1, steps)  # at least a final validation loss
         with run_progress(f"{w.name}", w.throughput_unit[0] + "/s", quiet=as_json or not rank_zero) as callbacks:
-            result = run(w, p, steps=steps, eval_every=eval_every, checkpoint_dir=checkpoint_dir,
-                         checkpoint_every=checkpoint_every, resume=resume, device=device, callbacks=callbacks,
-                         keep_last_k=keep_last_k, async_checkpoint=async_checkpoint)
+            try:
+                result = run(w, p, steps=steps, eval_every=eval_every, checkpoint_dir=checkpoint_dir,
+                             checkpoint_every=checkpoint_every, resume=resume, overwrite=overwrite, force=force,
+                             device=device, callbacks=callbacks, keep_last_k=keep_last_k,
+                             async_checkpoint=async_checkpoint, allow_nonfinite=allow_nonfinite)
+            except RunFailedError as err:  # trained, but to nothing usable: show what happened, then fail
+                result, failure = err.result, err
         result.metrics.update(measure_run_metrics(w, result))
-    if not rank_zero:
-        return
-    if as_json:
-        typer.echo(json.dumps(run_to_dict(result), indent=2))
-    else:
-        render_run(result, console)
+    if rank_zero:
+        if as_json:
+            typer.echo(json.dumps({**run_to_dict(result), "error": str(failure) if failure else None}, indent=2))
+        else:
+            render_run(result, console)
+    if failure is not None:
+        if rank_zero:
+            error_console.print(f"error: {failure}", markup=False, highlight=False)
+        raise typer.Exit(1)

@@ -88,11 +88,7 @@ class MmapDataset(Dataset):
         Inside a DataLoader worker the batch is allocated in shared memory, so sending it to
         the main process costs no second copy (as ``default_collate`` does).
         """
-        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        if idx.size and (idx.min() < -len(self) or idx.max() >= len(self)):
-            bad = idx[(idx < -len(self)) | (idx >= len(self))][0]
-            raise IndexError(f"index {bad} is out of range for a store of {len(self)} samples ({self.path}).")
-        idx = np.where(idx < 0, idx + len(self), idx)
+        idx = self._checked(indices)
         if self.index.ragged:
             return [self[int(i)] for i in idx]
         shards = np.searchsorted(self._starts, idx, side="right") - 1
@@ -112,6 +108,31 @@ class MmapDataset(Dataset):
             mask = shards == k
             out[mask] = self._shard(int(k))[0][local[mask]]
         return as_tensor(out)
+
+    def __getitems__(self, indices: list[int]) -> list[Any]:
+        """The DataLoader's batched fetch: a plain ``DataLoader(ds, batch_size=64, shuffle=True)``
+        calls this once per batch instead of ``__getitem__`` once per sample.
+
+        The DataLoader's contract is a list of samples that its ``collate_fn`` stacks, so the
+        samples are views into the mapped shards (bounds checked once, shards found in one
+        vectorised search) and ``default_collate``'s stack is the batch's only copy. A gather
+        here would copy the batch twice.
+        """
+        idx = self._checked(indices)
+        if self.index.ragged or np.dtype(self.index.dtype) not in _TORCH_DTYPES:
+            return [self[int(i)] for i in idx]
+        shards = np.searchsorted(self._starts, idx, side="right") - 1
+        local = (idx - self._starts[shards]).tolist()
+        mapped = {int(k): torch.from_numpy(self._shard(int(k))[0]) for k in np.unique(shards)}  # no copy
+        return [mapped[k][j] for k, j in zip(shards.tolist(), local)]
+
+    def _checked(self, indices: Sequence[int]) -> np.ndarray:
+        """Indices as int64, negatives wrapped; IndexError naming the first out of range."""
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if idx.size and (idx.min() < -len(self) or idx.max() >= len(self)):
+            bad = idx[(idx < -len(self)) | (idx >= len(self))][0]
+            raise IndexError(f"index {bad} is out of range for a store of {len(self)} samples ({self.path}).")
+        return np.where(idx < 0, idx + len(self), idx)
 
     def _bound(self, i: int) -> int:
         n = len(self)

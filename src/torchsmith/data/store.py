@@ -22,14 +22,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
 
-from torchsmith.atomic import atomic_file, atomic_write_bytes
+from torchsmith.atomic import PROCESS_START, atomic_file, atomic_write_bytes
 
 FORMAT_VERSION = 1
 INDEX_NAME = "index.json"
@@ -137,13 +139,17 @@ class StoreWriter:
                  shard_bytes: int = DEFAULT_SHARD_BYTES, meta: dict[str, Any] | None = None,
                  overwrite: bool = False) -> None:
         self.dest = Path(dest)
+        self.final = self.dest
+        """Where the store ends up. With ``overwrite`` of an existing store, shards are written to a
+        staging directory beside it, and the two are swapped when the index is written."""
         self.dtype = np.dtype(dtype).newbyteorder("=")  # native byte order: zero-copy to torch
         if self.dtype.hasobject or self.dtype.fields is not None:
             raise StoreError(f"dtype {self.dtype} is not storable: only plain numeric dtypes (no objects, "
                              "no structured records) can be read without pickling.")
         self.shape = tuple(int(d) for d in shape) if shape is not None else None
         self.meta = dict(meta or {})
-        _prepare_dest(self.dest, overwrite)
+        if _prepare_dest(self.dest, overwrite):
+            self.dest = _staging_dir(self.final)
         sample_bytes = self.dtype.itemsize * int(np.prod(self.shape or (1,)))
         self._per_shard = max(1, shard_bytes // max(1, sample_bytes))
         self._shard_bytes = shard_bytes
@@ -181,6 +187,9 @@ class StoreWriter:
         self.index = StoreIndex(dtype=self.dtype.str, shape=self.shape, num_samples=self.count,
                                 shards=tuple(self._shards), meta=self.meta)
         _atomic_write(self.dest / INDEX_NAME, (json.dumps(self.index.to_json(), indent=1) + "\n").encode())
+        if self.dest != self.final:
+            swap_in(self.dest, self.final)
+            self.dest = self.final
         return self.index
 
     def __enter__(self) -> "StoreWriter":
@@ -189,6 +198,8 @@ class StoreWriter:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
             self.close()  # on an error no index is written: the directory never looks valid
+        elif self.dest != self.final:
+            shutil.rmtree(self.dest, ignore_errors=True)  # an interrupted re-pack: the old store stays as it was
 
     def _flush(self) -> None:
         if not self._pending:
@@ -207,19 +218,61 @@ class StoreWriter:
         self._pending, self._pending_bytes = [], 0
 
 
-def _prepare_dest(dest: Path, overwrite: bool) -> None:
+def _prepare_dest(dest: Path, overwrite: bool) -> bool:
+    """Check ``dest``; True when it holds a store that ``overwrite`` will replace (by a swap, at the end)."""
     if dest.exists() and not dest.is_dir():
         raise StoreError(f"{dest} exists and is not a directory.")
     if dest.is_dir() and any(dest.iterdir()):
         if not overwrite:
             raise StoreError(f"{dest} is not empty ({sum(1 for _ in dest.iterdir())} entries).\n"
                              "Tip: pass --overwrite to replace it, or choose a new directory.")
-        # The index goes first: from here on an interrupted re-pack is visibly incomplete.
-        (dest / INDEX_NAME).unlink(missing_ok=True)
-        for p in dest.iterdir():
-            if p.name.startswith(("shard_", ".shard_")):
-                p.unlink()
+        foreign = sorted(p.name for p in dest.iterdir() if not _STORE_FILE.match(p.name))
+        if foreign:
+            raise StoreError(f"{dest} holds files that are not part of a store ({', '.join(foreign[:3])}), so "
+                             "--overwrite will not replace it.\nTip: choose a new directory, or move those files.")
+        return True
     dest.mkdir(parents=True, exist_ok=True)
+    return False
+
+
+_STORE_FILE = re.compile(r"^(index\.json|shard_\d+(\.offs)?\.npy|\..*\.tmp)$")
+
+
+def _staging_dir(final: Path) -> Path:
+    """A fresh directory beside ``final`` (same file system, so the swap is a rename); stale ones
+    left by a killed earlier pack are removed first."""
+    for old in final.parent.glob(f".{final.name}.packing-*"):
+        if old.stat().st_mtime < PROCESS_START:
+            shutil.rmtree(old, ignore_errors=True)
+    staging = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.packing-"))
+    return staging
+
+
+def swap_in(staging: Path, final: Path) -> None:
+    """Put the complete store ``staging`` at ``final`` and delete the old one.
+
+    On Linux one ``renameat2(RENAME_EXCHANGE)`` swaps the two directories atomically: at every
+    instant ``final`` is the whole old store or the whole new one. Elsewhere two renames, with a
+    window in which ``final`` is missing but the old store survives beside it.
+    """
+    if not _exchange(staging, final):
+        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        os.replace(final, old)
+        os.replace(staging, final)
+        staging = old
+    shutil.rmtree(staging, ignore_errors=True)  # now the old store
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
 
 
 def _save(path: Path, array: np.ndarray) -> FileRecord:

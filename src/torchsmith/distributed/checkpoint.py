@@ -10,8 +10,11 @@ Layout of ``ROOT/step_00000040/``::
 * A directory without ``COMMITTED`` is a save that was interrupted: resume ignores it and
   reports it, and picks the newest committed step.
 * ``keep_last_k``: after a commit, rank 0 (alone) deletes older step directories.
-* Nothing is unpickled: DCP holds tensors only (DCP loads non-tensor values with
-  unpickling enabled, so none are given to it), and the rest is JSON.
+* Nothing arbitrary is unpickled: DCP holds tensors only (DCP loads non-tensor values with
+  unpickling enabled, so none are given to it), the tensors load with ``weights_only=True``,
+  and DCP's ``.metadata`` pickle is read through an allowlist of its own classes
+  (:mod:`torchsmith.distributed.safe_metadata`); the rest is JSON.
+* Owned: the ``COMMITTED`` marker names the run; ``keep_last_k`` deletes only that run's steps.
 * Async save: DCP writes in a background thread on a separate gloo group; the commit happens
   at the next save or at :func:`finish`, on every rank at the same point.
 
@@ -42,6 +45,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from torchsmith.atomic import atomic_write_text
+from torchsmith.distributed.safe_metadata import MetadataRefusedError, SafeFileSystemReader, load_metadata
 from torchsmith.transforms.parts import StepParts
 
 MARKER = "COMMITTED"
@@ -86,6 +90,8 @@ class DistCheckpointer:
         self.async_save = async_save
         self._pending: tuple[Any, int, dict[str, Any]] | None = None
         self._async_group = None
+        self.run_id = ""
+        """Set by the session: this run's id, recorded in each marker; pruning keeps other runs' steps."""
 
     # --- save -------------------------------------------------------------------------
 
@@ -127,7 +133,7 @@ class DistCheckpointer:
         _write_json(path / f"rank_{dist.get_rank():05d}.json", _plain(extras))
         dist.barrier()  # sync point: every rank's data and JSON are on disk before the marker
         if dist.get_rank() == 0:
-            commit(path, {"step": step, "world_size": dist.get_world_size(), "time": time.time()})
+            commit(path, {"step": step, "world_size": dist.get_world_size(), "time": time.time(), "run_id": self.run_id})
             self._retain()
         dist.barrier()  # nobody starts the next save (or exits) while rank 0 still deletes
 
@@ -140,8 +146,10 @@ class DistCheckpointer:
         if len(committed) <= self.keep_last_k:
             return
         oldest_kept = committed[-self.keep_last_k]
-        for s, p, _ in steps:
-            if s < oldest_kept:
+        for s, p, ok in steps:
+            # Another run's committed steps are never ours to delete (a fresh run refuses such a
+            # directory unless --overwrite cleared it, so this only guards against surprises).
+            if s < oldest_kept and (not ok or _marker_run(p) == self.run_id):
                 shutil.rmtree(p, ignore_errors=True)
 
     # --- load -------------------------------------------------------------------------
@@ -160,7 +168,12 @@ class DistCheckpointer:
         path = step_dir(self.root, step)
         skipped = [(p, why) for p, why in skipped if int(_STEP.match(p.name).group(1)) > step]
         tensors, plain_template = _split(_state_dict(parts))
-        dcp.load(tensors, checkpoint_id=str(path))
+        try:
+            # Checked here first: inside dcp.load a refusal comes back wrapped in a CheckpointException.
+            load_metadata(path / ".metadata")
+        except MetadataRefusedError as err:
+            raise DistCheckpointError(str(err)) from None
+        dcp.load(tensors, storage_reader=SafeFileSystemReader(str(path)))
         mine = _read_rank_json(path, dist.get_rank())
         optim_plain = {}
         for rank_file in sorted(path.glob("rank_*.json")):  # ZeRO-1: each rank saved its own groups
@@ -189,18 +202,26 @@ def load_model_tensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
 
     >>> weights = load_model_tensors("ckpt/step_00000040")   # doctest: +SKIP
     """
-    from torch.distributed.checkpoint import FileSystemReader
-
-    meta = FileSystemReader(str(path)).read_metadata()
+    try:
+        meta = SafeFileSystemReader(str(path)).read_metadata()
+    except MetadataRefusedError as err:
+        raise DistCheckpointError(str(err)) from None
     out = {}
     for key, md in meta.state_dict_metadata.items():
         if key.startswith("model.") and hasattr(md, "size"):
             out[key] = torch.empty(md.size, dtype=md.properties.dtype)
-    dcp.load(out, checkpoint_id=str(path), no_dist=True)
+    dcp.load(out, storage_reader=SafeFileSystemReader(str(path)), no_dist=True)
     return {k[len("model."):]: v for k, v in out.items()}
 
 
 # --- helpers ---------------------------------------------------------------------------
+
+
+def _marker_run(path: Path) -> str:
+    try:
+        return str(json.loads((path / MARKER).read_text()).get("run_id", ""))
+    except (OSError, ValueError, AttributeError):
+        return ""
 
 
 def _inner(model: torch.nn.Module) -> torch.nn.Module:

@@ -52,6 +52,7 @@ def build_command(cfg: LaunchConfig, args: list[str], entry: list[str] = WORKER)
     if cfg.nproc_per_node < 1 or cfg.max_restarts < 0:
         raise ValueError(f"--nproc-per-node must be >= 1 and --max-restarts >= 0; found "
                          f"{cfg.nproc_per_node} and {cfg.max_restarts}.")
+    _check_nnodes(cfg.nnodes)
     if not args:
         raise ValueError("nothing to launch.\nTip: torchsmith launch --nproc-per-node 2 -- run mlp --steps 100")
     if cfg.rdzv_backend == "etcd-v2" and importlib.util.find_spec("etcd") is None:
@@ -93,6 +94,47 @@ def run_command(cmd: list[str], env: dict[str, str] | None = None) -> int:
     if "--rdzv-endpoint" in cmd and _is_loopback(cmd[cmd.index("--rdzv-endpoint") + 1].rsplit(":", 1)[0]):
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     return subprocess.call(cmd, env=env)
+
+
+def _check_nnodes(nnodes: str) -> None:
+    """``N`` or ``MIN:MAX`` with 1 <= MIN <= MAX; checked first, so a typo blames --nnodes."""
+    parts = nnodes.split(":")
+    ok = 1 <= len(parts) <= 2 and all(p.strip().isdigit() for p in parts)
+    if ok:
+        lo, hi = int(parts[0]), int(parts[-1])
+        ok = 1 <= lo <= hi
+    if not ok:
+        raise ValueError(f"--nnodes {nnodes!r} is not a node count: expected N or MIN:MAX with 1 <= MIN <= MAX.\n"
+                         "Tip: --nnodes 2, or --nnodes 1:4 for an elastic job.")
+
+
+def probe_endpoint(endpoint: str) -> None:
+    """Fail at once when a c10d rendezvous endpoint on this machine is already in use.
+
+    torchrun binds the port if it can; if the port is busy it connects as a client and waits,
+    with no output, for a rendezvous that whatever holds the port never answers. An address of
+    another machine (a node that hosts the store) is not probed.
+    """
+    import errno
+
+    host, _, port_text = endpoint.rpartition(":")
+    host = host.strip("[]")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ValueError(f"--rdzv-endpoint {endpoint!r} is not HOST:PORT.\nTip: e.g. 127.0.0.1:29400") from None
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as TCPStore binds: TIME_WAIT is no conflict
+            s.bind((host, port))
+    except OSError as err:
+        if err.errno == errno.EADDRINUSE:
+            raise ValueError(
+                f"--rdzv-endpoint {endpoint}: port {port} on this machine is already in use, so torchrun "
+                "could not host the rendezvous there and would wait for it forever.\n"
+                f"Tip: pick a free port, e.g. --rdzv-endpoint {host}:{_free_port()}, or stop what holds it "
+                f"(`ss -ltnp | grep :{port}`).") from None
+        # EADDRNOTAVAIL and the like: an address of another machine, which hosts the store
 
 
 def _free_port() -> int:

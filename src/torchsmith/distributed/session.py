@@ -15,12 +15,16 @@ Example::
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
-from torchsmith.distributed.checkpoint import DistCheckpointer, DistLoaded
+from torchsmith.distributed.checkpoint import DistCheckpointer, list_steps
+from torchsmith.engine.identity import RunIdentity, check_writable
+from torchsmith.engine.run_checkpoints import Resumed, refuse_other_runs
 from torchsmith.distributed.runtime import DistContext, init_from_env, mean_over_ranks, shard_batch
 from torchsmith.seeding import rng_state
 from torchsmith.plan import DDP, Plan, Single
@@ -47,12 +51,36 @@ class DistSession:
     def shard(self, batch: Any) -> Any:
         return shard_batch(batch, self.ctx.rank, self.ctx.world_size)
 
-    def load_latest(self, step_fn: Any) -> DistLoaded | None:
-        """Model and optimizer are restored in place; ``.state`` holds the rest for ``run``."""
-        return self.checkpointer.load_latest(step_fn.parts)
+    # --- the checkpoint steps of ``run`` (as engine.run_checkpoints.LocalCheckpoints) --------
 
-    def save(self, step_fn: Any, step: int, plan: Plan, position: tuple[int, int], epoch_rng: dict) -> Path:
+    def prepare(self, resume: bool, overwrite: bool) -> None:
+        """Every rank: the directory is writable and, for a fresh run, holds no other run's steps."""
+        root = self.checkpointer.root
+        check_writable(root)
+        if not resume:
+            refuse_other_runs(root, [p for _, p, _ in list_steps(root)], overwrite)
+            dist.barrier()  # everyone has looked before rank 0 deletes anything
+            if overwrite and self.ctx.rank == 0:
+                for _, p, _ in list_steps(root):
+                    shutil.rmtree(p, ignore_errors=True)
+            dist.barrier()
+
+    def exists(self) -> bool:
+        return bool(list_steps(self.checkpointer.root))
+
+    def load(self, step_fn: Any, identity: RunIdentity, force: bool) -> Resumed | None:
+        """Model and optimizer are restored in place; ``.state`` holds the rest for ``run``."""
+        loaded = self.checkpointer.load_latest(step_fn.parts)
+        if loaded is None:
+            return None
+        state = loaded.state
+        identity.check(loaded.path, state.get("workload_fingerprint", ""), state.get("plan_fingerprint", ""), force)
+        return Resumed(loaded.path, state, state.get("run_id", ""), loaded.skipped)
+
+    def save(self, step_fn: Any, step: int, plan: Plan, identity: RunIdentity, position: tuple[int, int],
+             epoch_rng: dict, prune: bool = True) -> Path:
         parts = step_fn.parts
+        self.checkpointer.run_id = identity.run_id
         extras = {
             "scheduler": parts.scheduler.state_dict() if parts.scheduler is not None else None,
             "scaler": parts.scaler.state_dict() if parts.scaler is not None else None,
@@ -61,8 +89,17 @@ class DistSession:
             "data_position": {"epoch": position[0], "index": position[1]},
             "plan": plan.to_dict(),
             "world_size": self.ctx.world_size,
+            "run_id": identity.run_id,
+            "workload_fingerprint": identity.workload,
+            "plan_fingerprint": identity.plan,
         }
-        return self.checkpointer.save(step, parts, extras)
+        keep = self.checkpointer.keep_last_k
+        if not prune:  # a non-finite loss: keep every older good step this time
+            self.checkpointer.keep_last_k = None
+        try:
+            return self.checkpointer.save(step, parts, extras)
+        finally:
+            self.checkpointer.keep_last_k = keep
 
     def losses(self, losses: torch.Tensor) -> torch.Tensor:
         """Per-step losses of this rank's slices -> losses of the global batches (one all-reduce)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -10,18 +12,20 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from torchsmith.engine.checkpoint import (
-    load_latest_checkpoint, prune_checkpoints, save_checkpoint,
-)
 from torchsmith.distributed.session import DistSession
 from torchsmith.engine.evaluate import evaluate
+from torchsmith.engine.identity import RunIdentity, plan_fingerprint, workload_fingerprint
+from torchsmith.engine.outcome import RunFailedError, check_outcome  # noqa: F401  (RunFailedError re-exported)
+from torchsmith.engine.run_checkpoints import LocalCheckpoints, restore
 from torchsmith.engine.step import Step, prepare
 from torchsmith.measure.timing import PhaseSummary, PhaseTimer
 from torchsmith.plan import Plan
+from torchsmith.text import first_line
 from torchsmith.seeding import rng_state, seed_everything, set_rng_state
 from torchsmith.transforms.loader import apply_loader
 from torchsmith.workload import Workload
 
+log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class StepInfo:
@@ -61,6 +65,8 @@ class RunResult:
     throughput: float | None
     throughput_unit: str
     resumed_from: Path | None = None
+    resume_note: str | None = None
+    """Set when ``resume`` found nothing to resume (training started at step 0)."""
     skipped_checkpoints: list[tuple[Path, str]] = field(default_factory=list)
     checkpoints: list[Path] = field(default_factory=list)
     changes: list[str] = field(default_factory=list)
@@ -80,9 +86,23 @@ class RunResult:
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
+    """``None``/``"auto"``: CUDA when available. A device this machine lacks is a one-line error."""
     if device in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    try:
+        dev = torch.device(device)
+    except RuntimeError as err:
+        raise ValueError(f"--device {device!r} is not a device ({first_line(err)}).\n"
+                         "Tip: use cpu, cuda, cuda:1 or auto.") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            why = "this torch build has no CUDA" if torch.version.cuda is None else "no CUDA GPU is visible"
+            raise ValueError(f"--device {device}: {why} (torch {torch.__version__}).\n"
+                             "Tip: pass --device cpu, or --device auto to use a GPU only when there is one.")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) are visible.\n"
+                             f"Tip: use cuda:0 .. cuda:{torch.cuda.device_count() - 1}.")
+    return dev
 
 
 def build_step(workload: Workload, plan: Plan, device: torch.device) -> Step:
@@ -94,20 +114,52 @@ def build_step(workload: Workload, plan: Plan, device: torch.device) -> Step:
     return prepare(plan, model, optimizer, workload.loss, scheduler=scheduler, device=device)
 
 
-def run(workload: Workload, plan: Plan | None = None, *, steps: int = 100, eval_every: int | None = None,
-        eval_batches: int = 10, checkpoint_dir: str | Path | None = None, checkpoint_every: int | None = None,
-        resume: bool = False, device: str | torch.device | None = None, log_every: int = 1,
-        callbacks: RunCallbacks | None = None, keep_last_k: int | None = 3,
-        async_checkpoint: bool = False) -> RunResult:
+@dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    """How ``run`` trains: steps, evaluation, checkpoints and what counts as failure."""
+
+    steps: int = 100
+    """Total optimizer steps of the run, counted from the start of training (a resume continues up to it)."""
+    eval_every: int | None = None
+    """Validation loss every K steps and at the end; None: no validation."""
+    eval_batches: int = 10
+    """Validation batches per evaluation."""
+    checkpoint_dir: str | Path | None = None
+    """Where checkpoints go; None: no checkpoints."""
+    checkpoint_every: int | None = None
+    """Checkpoint every K steps (always at the last step when ``checkpoint_dir`` is set)."""
+    resume: bool = False
+    """Continue from the newest good checkpoint in ``checkpoint_dir`` (nothing there: start at step 0, and say so)."""
+    overwrite: bool = False
+    """A fresh run into a directory holding checkpoints deletes them first; without it, the run refuses."""
+    force: bool = False
+    """Resume even from a checkpoint written with another workload or plan fingerprint."""
+    device: str | torch.device | None = None
+    """cpu, cuda, cuda:1; None or "auto": CUDA when available."""
+    log_every: int = 1
+    """Read the loss for progress every K steps (a CPU-GPU sync point on CUDA)."""
+    keep_last_k: int | None = 3
+    """Keep this run's newest K checkpoints; None keeps all."""
+    async_checkpoint: bool = False
+    """Under torchrun: write DCP checkpoints in a background thread."""
+    allow_nonfinite: bool = False
+    """Return normally even when the final loss is non-finite or every step was skipped as non-finite."""
+    phase_sync: bool = False
+    """On CUDA, synchronise at every phase boundary for exact forward/backward/optimizer times
+    (slower steps). Off: one sync per step, so the step time is exact and the phases are launch times."""
+
+
+def run(workload: Workload, plan: Plan | None = None, *, callbacks: RunCallbacks | None = None,
+        config: RunConfig | None = None, **options: Any) -> RunResult:
     """Train ``workload`` for ``steps`` total optimizer steps under ``plan``.
 
+    Options are the fields of :class:`RunConfig`, given as keywords or as ``config``.
     ``steps`` counts from the start of training: resuming a 10-step checkpoint with
     ``steps=20`` runs steps 11..20 and ends exactly where an uninterrupted 20-step run
     ends (bit for bit on CPU).
 
-    Only the newest ``keep_last_k`` checkpoints are kept (None keeps all). Under torchrun
-    (``torchsmith launch``) each rank trains on its slice of every batch, and checkpoints are
-    DCP step directories, optionally written in the background (``async_checkpoint``).
+    Raises :class:`RunFailedError` (holding the result) when the final loss is non-finite or
+    every step was skipped as non-finite, unless ``allow_nonfinite``.
 
     Example::
 
@@ -115,33 +167,77 @@ def run(workload: Workload, plan: Plan | None = None, *, steps: int = 100, eval_
                                 checkpoint_dir="ckpt", checkpoint_every=50)
         result.final_loss, result.throughput, result.throughput_unit
     """
-    plan = plan or Plan()
+    cfg = dataclasses.replace(config, **options) if config is not None else RunConfig(**options)
+    user_plan = plan or Plan()
     cb = callbacks or RunCallbacks()
-    device = resolve_device(device)
+    device = resolve_device(cfg.device)
     # Under torchrun: join the group, DDP by default, batch slices, DCP checkpoints (distributed/session.py).
-    distributed = DistSession.from_env(device, checkpoint_dir, keep_last_k=keep_last_k, async_save=async_checkpoint)
-    if distributed is not None:
-        device, plan = distributed.ctx.device, distributed.plan(plan)
-    if resume and checkpoint_dir is None:
-        raise ValueError("resume=True needs a checkpoint_dir to resume from.\nTip: pass --checkpoint-dir DIR.")
-    step_fn = build_step(workload, plan, device)
-    start, position, resumed, skipped, resume_rng = 0, (0, 0), None, [], None
-    if resume:
-        loaded = distributed.load_latest(step_fn) if distributed else load_latest_checkpoint(checkpoint_dir)
-        if loaded is not None:
-            start, position, epoch_rng = _restore(step_fn, loaded.state)
-            resumed, skipped = loaded.path, loaded.skipped
-            resume_rng = (epoch_rng, loaded.state["rng"])
-    if steps < start:
-        raise ValueError(f"--steps {steps} is below the checkpoint's step {start}; steps counts the total run.\n"
+    distributed = DistSession.from_env(device, cfg.checkpoint_dir, keep_last_k=cfg.keep_last_k,
+                                       async_save=cfg.async_checkpoint)
+    plan = distributed.plan(user_plan) if distributed else user_plan
+    device = distributed.ctx.device if distributed else device
+    ckpt = _checkpoints(cfg, distributed)
+    if ckpt is not None:
+        ckpt.prepare(cfg.resume, cfg.overwrite)  # before any compute: writable, not another run's files
+    step_fn, identity = _build(workload, plan, user_plan, device)
+    resumed, identity, note = _resume(cfg, ckpt, step_fn, identity)
+    start, position, resume_rng = 0, (0, 0), None
+    if resumed is not None:
+        start, position, epoch_rng = restore(step_fn, resumed.state)
+        resume_rng = (epoch_rng, resumed.state["rng"])
+    if cfg.steps < start:
+        raise ValueError(f"--steps {cfg.steps} is below the checkpoint's step {start}; steps counts the total run.\n"
                          f"Tip: pass --steps {start + 1} or more to continue training.")
+    result = _train(workload, plan, cfg, cb, step_fn, ckpt, identity, distributed, device, start, position, resume_rng)
+    result.resumed_from, result.resume_note = (resumed.path if resumed else None), note
+    result.skipped_checkpoints = resumed.skipped if resumed else []
+    check_outcome(result, step_fn, cfg.allow_nonfinite)
+    return result
+
+
+def _checkpoints(cfg: RunConfig, distributed: DistSession | None) -> Any:
+    if cfg.resume and cfg.checkpoint_dir is None:
+        raise ValueError("resume=True needs a checkpoint_dir to resume from.\nTip: pass --checkpoint-dir DIR.")
+    if cfg.checkpoint_dir is None:
+        return None
+    return distributed if distributed is not None else LocalCheckpoints(Path(cfg.checkpoint_dir), cfg.keep_last_k)
+
+
+def _build(workload: Workload, plan: Plan, user_plan: Plan, device: torch.device) -> tuple[Step, RunIdentity]:
+    """``build_step``, plus this run's identity (fingerprints of the model as built, before the plan)."""
+    seed_everything(workload.seed)
+    model = workload.model().to(device)
+    optimizer = workload.optimizer(model.parameters())
+    identity = RunIdentity.fresh(workload_fingerprint(workload, model, optimizer), plan_fingerprint(user_plan))
+    scheduler = workload.scheduler(optimizer) if workload.scheduler else None
+    return prepare(plan, model, optimizer, workload.loss, scheduler=scheduler, device=device), identity
+
+
+def _resume(cfg: RunConfig, ckpt: Any, step_fn: Step, identity: RunIdentity) -> tuple[Any, RunIdentity, str | None]:
+    """(the checkpoint resumed from or None, this run's identity, a note when there was nothing to resume)."""
+    if not cfg.resume:
+        return None, identity, None
+    resumed = ckpt.load(step_fn, identity, cfg.force)
+    if resumed is None:
+        note = f"--resume found no checkpoint in {cfg.checkpoint_dir}: nothing to resume, training starts at step 0."
+        log.warning(note)
+        return None, identity, note
+    return resumed, identity.adopt(resumed.run_id), None
+
+
+def _train(workload: Workload, plan: Plan, cfg: RunConfig, cb: RunCallbacks, step_fn: Step, ckpt: Any,
+           identity: RunIdentity, distributed: DistSession | None, device: torch.device, start: int,
+           position: tuple[int, int], resume_rng: tuple[dict, dict] | None) -> RunResult:
+    """The training loop proper: steps start+1 .. cfg.steps, evaluation and checkpoints."""
+    steps = cfg.steps
     # On resume, the data iterator is rebuilt from the RNG state of its epoch's start, then the
     # RNG is set to the checkpoint's: the data source may draw from the global RNG too.
     source, loader_change = apply_loader(workload, plan.loader)  # plan.loader rebuilds a factory-made loader
     batches = _batches(workload, *position, resume_rng=resume_rng, source=source)
 
     unit, per_batch = workload.throughput_unit
-    timer = PhaseTimer(sync_cuda=device.type == "cuda")
+    on_cuda = device.type == "cuda"
+    timer = PhaseTimer(sync_cuda=cfg.phase_sync and on_cuda, sync_step=on_cuda and not cfg.phase_sync)
     step_fn.timer = timer
     losses: list[torch.Tensor] = []
     val_losses: list[tuple[int, float]] = []
@@ -162,22 +258,19 @@ def run(workload: Workload, plan: Plan | None = None, *, steps: int = 100, eval_
             losses.append(step_fn(distributed.shard(batch) if distributed else batch))
         times = timer.end_step()
         if cb.on_step:
-            read = step % log_every == 0 or step == steps
+            read = step % cfg.log_every == 0 or step == steps
             rate = per_batch / times["step"] if per_batch and times["step"] > 0 else None
             cb.on_step(StepInfo(step, steps, losses[-1].item() if read else None, times["step"], rate))
-        if eval_every and (step % eval_every == 0 or step == steps):
-            val = evaluate(step_fn.model, workload.iter_eval_batches(), workload.loss, device, eval_batches)
+        if cfg.eval_every and (step % cfg.eval_every == 0 or step == steps):
+            val = evaluate(step_fn.model, workload.iter_eval_batches(), workload.loss, device, cfg.eval_batches)
             if val is not None:
                 val_losses.append((step, val))
                 if cb.on_eval:
                     cb.on_eval(step, val)
-        if checkpoint_dir is not None and (step == steps or (checkpoint_every and step % checkpoint_every == 0)):
-            if distributed is not None:
-                checkpoints.append(distributed.save(step_fn, step, plan, (epoch, index + 1), epoch_rng))
-            else:
-                state = _state(step_fn, plan, (epoch, index + 1), epoch_rng)
-                checkpoints.append(save_checkpoint(checkpoint_dir, step, state))
-                prune_checkpoints(checkpoint_dir, keep_last_k)
+        if ckpt is not None and (step == steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0)):
+            # A non-finite loss (with the update applied) must not push older good checkpoints out.
+            prune = _skips_bad_steps(step_fn) or bool(torch.isfinite(losses[-1]).all())  # a sync, once per save
+            checkpoints.append(ckpt.save(step_fn, step, plan, identity, (epoch, index + 1), epoch_rng, prune))
             if cb.on_checkpoint:
                 cb.on_checkpoint(checkpoints[-1])
 
@@ -191,10 +284,15 @@ def run(workload: Workload, plan: Plan | None = None, *, steps: int = 100, eval_
         losses=torch.stack(losses).tolist() if losses else [], val_losses=val_losses, phases=summary,
         first_step_seconds=timer.steps[0]["step"] if timer.steps else 0.0,
         throughput=per_batch / summary.step_median if per_batch and summary.step_median else None,
-        throughput_unit=f"{unit}/s", resumed_from=resumed, skipped_checkpoints=skipped,
-        checkpoints=checkpoints, changes=step_fn.describe() + ([f"loader: {loader_change.summary}"] if workload.loader else []),
+        throughput_unit=f"{unit}/s", checkpoints=checkpoints,
+        changes=step_fn.describe() + ([f"loader: {loader_change.summary}"] if workload.loader else []),
         metrics=memory, compile_seconds=compile_seconds() - compiled_before,
     )
+
+
+def _skips_bad_steps(step_fn: Step) -> bool:
+    guard = step_fn.parts.nonfinite
+    return guard is not None and getattr(guard, "mode", None) == "skip_step"
 
 
 @contextmanager
@@ -241,30 +339,3 @@ def _batches(workload: Workload, epoch: int, index: int, resume_rng: tuple[dict,
             raise ValueError(f"workload {workload.name!r} yielded no batches in epoch {epoch}.\n"
                              "Tip: check that `batches` is re-iterable (a list or DataLoader, not a generator).")
         epoch, index = epoch + 1, 0
-
-
-def _state(step_fn: Step, plan: Plan, position: tuple[int, int], epoch_rng: dict) -> dict[str, Any]:
-    parts = step_fn.parts
-    return {
-        "model": parts.model.state_dict(),
-        "optimizer": parts.optimizer.state_dict(),
-        "scheduler": parts.scheduler.state_dict() if parts.scheduler is not None else None,
-        "scaler": parts.scaler.state_dict() if parts.scaler is not None else None,
-        "rng": rng_state(),
-        "epoch_rng": epoch_rng,
-        "data_position": {"epoch": position[0], "index": position[1]},
-        "plan": plan.to_dict(),
-    }
-
-
-def _restore(step_fn: Step, state: dict[str, Any]) -> tuple[int, tuple[int, int], dict]:
-    parts = step_fn.parts
-    if "model" in state:  # a distributed checkpoint was already loaded in place (distributed/checkpoint.py)
-        parts.model.load_state_dict(state["model"])
-        parts.optimizer.load_state_dict(state["optimizer"])
-    if parts.scheduler is not None and state.get("scheduler") is not None:
-        parts.scheduler.load_state_dict(state["scheduler"])
-    if parts.scaler is not None and state.get("scaler") is not None:
-        parts.scaler.load_state_dict(state["scaler"])
-    pos = state["data_position"]
-    return int(state["step"]), (int(pos["epoch"]), int(pos["index"])), state["epoch_rng"]

@@ -21,6 +21,7 @@ from torchsmith.transforms.parts import LossFn, StepParts
 from torchsmith.measure.timing import PhaseTimer
 from torchsmith.plan import Plan
 from torchsmith.transforms.base import Change
+from torchsmith.workload import check_scalar_loss
 
 
 def train_step(parts: StepParts, batch: Any, timer: PhaseTimer | None = None) -> torch.Tensor:
@@ -85,6 +86,7 @@ def _accumulate(parts: StepParts, batch: Any, timer: PhaseTimer) -> torch.Tensor
             for ctx in parts.forward_contexts:
                 stack.enter_context(ctx())
             loss = parts.loss_fn(parts.model, mb)
+            check_scalar_loss(loss)  # shape metadata only: no sync
             # Weight each micro-batch's mean loss by its share, so accumulated gradients
             # equal the full batch's.
             weighted = loss * (batch_len(mb) / total) if len(micro) > 1 else loss

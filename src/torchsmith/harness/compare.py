@@ -25,6 +25,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from contextlib import contextmanager
@@ -261,13 +262,24 @@ class _State:
         if ref.error is None and ref.losses:
             ref_losses = torch.stack(ref.losses).float().tolist()
             horizon = self.compare_steps or len(losses)
-            loss_diff = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses[:horizon], ref_losses))
+            # Not max(): it skips NaN (every comparison with NaN is false), so a diverged candidate
+            # would look equal to the baseline. Any non-finite term makes the whole figure NaN.
+            loss_diff = _max_or_nan(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses[:horizon], ref_losses))
             param_diff = _param_rel_diff(self.params_compared(), ref.params_compared(), ref.initial)
         return PlanMeasurement(
             plan=self.plan, step_seconds=summary(timed), step_times=timed,
             first_step_seconds=self.times[0], peak_memory_bytes=self.peak, losses=losses,
             loss_rel_diff=loss_diff, param_rel_diff=param_diff,
         )
+
+
+def _max_or_nan(values: Iterator[float]) -> float:
+    out = 0.0
+    for v in values:
+        if not math.isfinite(v):
+            return math.nan
+        out = max(out, v)
+    return out
 
 
 def _param_rel_diff(a: list[torch.Tensor], b: list[torch.Tensor], initial: list[torch.Tensor]) -> float:
@@ -277,6 +289,8 @@ def _param_rel_diff(a: list[torch.Tensor], b: list[torch.Tensor], initial: list[
         pa, pb = pa.detach().float(), pb.detach().float()
         diff += (pa - pb).pow(2).sum().item()
         moved += (pb - p0.float()).pow(2).sum().item()
+    if not (math.isfinite(diff) and math.isfinite(moved)):
+        return math.nan  # a NaN or Inf parameter: no distance to speak of, and never a pass
     return (diff ** 0.5) / max(moved ** 0.5, 1e-12)
 
 

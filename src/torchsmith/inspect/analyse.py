@@ -27,7 +27,7 @@ from torchsmith.measure.flops import count_flops
 from torchsmith.measure.memory import memory_split, tensor_bytes, track_peak_memory
 from torchsmith.measure.saved import OUTSIDE_MODULES, count_saved_tensors
 from torchsmith.plan import Plan
-from torchsmith.workload import Workload
+from torchsmith.workload import Workload, check_scalar_loss
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,8 @@ def inspect_workload(workload: Workload, *, device: str | torch.device | None = 
     batches = [to_device(b, device) for b in islice(workload.iter_batches(), 2)]
     batch = batches[0]
 
+    with torch.no_grad():  # a non-scalar loss is a one-line error, before tracing trips over it
+        check_scalar_loss(workload.loss(model, batch))
     args, kwargs = capture_inputs(model, workload.loss, batch)
     graph = trace_shapes(model, args, kwargs)
     with torch.no_grad():  # forward FLOPs do not depend on autograd; no graph is needed
@@ -112,6 +114,7 @@ def inspect_workload(workload: Workload, *, device: str | torch.device | None = 
     def forward_backward() -> None:
         with count_saved_tensors(model) as saved:
             loss = workload.loss(model, batch)
+        check_scalar_loss(loss)
         saved_box.append(saved)
         loss.backward()
 

@@ -1,9 +1,10 @@
 """Per-step phase timing: data wait, forward, backward, optimizer.
 
 On CPU the work is synchronous, so ``perf_counter`` at phase boundaries is exact and
-costs well under a microsecond. On CUDA, kernels run asynchronously; the timer then
-calls ``torch.cuda.synchronize`` at each boundary (a CPU-GPU sync point), which is
-why phase timing on CUDA is opt-in and step-level timing syncs only once per step.
+costs well under a microsecond. On CUDA, kernels run asynchronously: ``sync_cuda`` calls
+``torch.cuda.synchronize`` at every phase boundary (a CPU-GPU sync point each), which is
+why it is opt-in; ``sync_step`` instead syncs once, at the end of the step, so the step
+time is exact while the phases are only the time spent launching their kernels.
 
 Example::
 
@@ -40,8 +41,12 @@ class PhaseSummary:
 class PhaseTimer:
     sync_cuda: bool = False
     """Synchronise CUDA at every phase boundary (exact phases, slower steps)."""
+    sync_step: bool = False
+    """Synchronise CUDA once per step, in ``end_step``: the step is timed from its first phase to
+    the sync (exact on CUDA), phases are launch times. Ignored when ``sync_cuda`` is set."""
     steps: list[dict[str, float]] = field(default_factory=list)
     _current: dict[str, float] = field(default_factory=dict)
+    _started: float | None = None
 
     def _now(self) -> float:
         if self.sync_cuda:
@@ -51,6 +56,8 @@ class PhaseTimer:
     @contextmanager
     def phase(self, name: str):
         start = self._now()
+        if self._started is None:
+            self._started = start
         try:
             yield
         finally:
@@ -61,7 +68,12 @@ class PhaseTimer:
 
     def end_step(self) -> dict[str, float]:
         done, self._current = self._current, {}
-        done["step"] = sum(done.get(p, 0.0) for p in PHASES)
+        if self.sync_step and not self.sync_cuda and self._started is not None:
+            torch.cuda.synchronize()  # CPU-GPU sync point: once per step, so the step time is real
+            done["step"] = done.get("data", 0.0) + time.perf_counter() - self._started
+        else:
+            done["step"] = sum(done.get(p, 0.0) for p in PHASES)
+        self._started = None
         self.steps.append(done)
         return done
 

@@ -80,7 +80,7 @@ def doctor_workload(workload: Workload, cfg: CaptureConfig | None = None, *, pla
     plan = plan or Plan()
     with tempfile.TemporaryDirectory(prefix="torchsmith-doctor-") as tmp:
         with StepCapture(cfg, tmp) as capture:
-            run(workload, plan, steps=cfg.steps_needed, device=device)
+            run(workload, plan, steps=cfg.steps_needed, device=device, allow_nonfinite=True)
         return _report(workload.name, "workload", capture.facts, Path(tmp), trace, plan=plan)
 
 
@@ -154,7 +154,7 @@ def _verify_by_runs(workload: Workload, finding: Finding, base: Plan, steps: int
     try:
         for _ in range(2):
             for i, plan in enumerate((base, finding.verify_plan)):
-                result = run(workload, plan, steps=2 + steps, device=device)
+                result = run(workload, plan, steps=2 + steps, device=device, allow_nonfinite=True)
                 times[i].append(result.phases.step_median)
                 losses.setdefault(i, result.losses)
     except Exception as err:  # e.g. the workload has no loader factory: reported, not fatal

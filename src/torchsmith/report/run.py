@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from torchsmith.engine.loop import RunResult
@@ -28,6 +29,7 @@ def run_to_dict(result: RunResult) -> dict[str, Any]:
         "first_step_seconds": result.first_step_seconds,
         "phase_seconds_median": result.phases.median,
         "resumed_from": str(result.resumed_from) if result.resumed_from else None,
+        "resume_note": result.resume_note,
         "skipped_checkpoints": [{"path": str(p), "reason": r} for p, r in result.skipped_checkpoints],
         "checkpoints": [str(p) for p in result.checkpoints],
         "changes": result.changes,
@@ -37,9 +39,11 @@ def run_to_dict(result: RunResult) -> dict[str, Any]:
 
 def render_run(result: RunResult, console: Console) -> None:
     for path, reason in result.skipped_checkpoints:
-        console.print(f"[yellow]skipped checkpoint[/] {path}: {reason}")
+        console.print(f"[yellow]skipped checkpoint[/] {escape(str(path))}: {escape(reason)}")
+    if result.resume_note:
+        console.print(f"[yellow]note:[/] {escape(result.resume_note)}")
     if result.resumed_from:
-        console.print(f"resumed from {result.resumed_from} at step {result.start_step}")
+        console.print(f"resumed from {escape(str(result.resumed_from))} at step {result.start_step}")
     table = Table(title=f"torchsmith run · {result.workload} · {result.device} · plan: {result.plan.describe()}")
     table.add_column("metric")
     table.add_column("value", justify="right")

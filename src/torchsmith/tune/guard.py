@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from torchsmith.harness.compare import PlanMeasurement
@@ -24,11 +25,23 @@ class GuardConfig:
 
 
 def guard_rejection(m: PlanMeasurement, cfg: GuardConfig) -> str | None:
-    """Why ``m`` fails the guard, with the measured numbers; None when it passes."""
-    if m.loss_rel_diff is not None and m.loss_rel_diff > cfg.loss_rtol:
+    """Why ``m`` fails the guard, with the measured numbers; None when it passes.
+
+    Every test is written as "not within tolerance", so a NaN figure fails it: ``nan > tol``
+    is false, and a guard written ``x > tol`` would accept a candidate that diverged.
+    """
+    bad = next(((i, v) for i, v in enumerate(m.losses[:cfg.steps]) if not math.isfinite(v)), None)
+    if bad is not None:
+        return (f"loss is non-finite ({bad[1]}) at step {bad[0] + 1}: "
+                "the candidate diverged (e.g. low precision overflowed or rounded a probability to 1)")
+    if m.loss_rel_diff is not None and not m.loss_rel_diff <= cfg.loss_rtol:
+        if math.isnan(m.loss_rel_diff):
+            return "loss cannot be compared with the baseline: a non-finite loss in one of the two runs"
         return (f"loss differs from the baseline by up to {m.loss_rel_diff:.2%} "
                 f"over {len(m.losses)} steps (tolerance {cfg.loss_rtol:.2%})")
-    if m.param_rel_diff is not None and m.param_rel_diff > cfg.param_rtol:
+    if m.param_rel_diff is not None and not m.param_rel_diff <= cfg.param_rtol:
+        if math.isnan(m.param_rel_diff):
+            return "final parameters are non-finite (NaN or Inf) where the baseline's are finite"
         return (f"final parameters differ from the baseline by {m.param_rel_diff:.2%} of the distance "
                 f"training moved them (tolerance {cfg.param_rtol:.2%})")
     return None

@@ -25,6 +25,7 @@ never hands back a regression.
 from __future__ import annotations
 
 import logging
+import math
 import time
 import traceback
 from dataclasses import dataclass, field, replace
@@ -279,13 +280,16 @@ def _calibrate(workload: Workload, dev: torch.device, speed_dims: list[Dimension
     pace = Pace.calibrated(budget_seconds, step_s, warmup, plans_to_measure, start)
     need = pace.elapsed() + pace.estimate(4, MIN_STEPS)
     if budget_seconds < need:
-        full = pace.elapsed() + plans_to_measure * (warmup + MIN_STEPS) * step_s / MEASURED_SHARE
+        spent = pace.elapsed()
+        full = spent + plans_to_measure * (warmup + MIN_STEPS) * step_s / MEASURED_SHARE
+        minimum = math.ceil(need)
         raise TuneError(
-            f"a budget of {budget_seconds:.0f} s is too small to measure even the baseline: one step "
-            f"of {workload.name} takes {step_s:.2f} s here, so the baseline, one candidate and the "
-            f"final proof need about {need:.0f} s.\n"
-            f"Tip: pass --budget {max(60, int(need * 3) // 60 * 60 + 60)}s or more (a full search of "
-            f"{plans_to_measure - 2} candidates needs about {full:.0f} s).")
+            f"a budget of {budget_seconds:g} s is too small: timing {workload.name}'s first baseline steps "
+            f"already took {spent:.1f} s ({step_s:.2f} s a step here), and the baseline, one candidate and the "
+            f"final proof need about {minimum} s in all.\n"
+            f"Tip: pass --budget {minimum}s or more; a full search of {plans_to_measure - 2} candidates needs "
+            f"about {math.ceil(full)} s."
+        )
     return calib, pace
 
 
