@@ -10,15 +10,20 @@ from torchsmith.cli import app
 from torchsmith.report.console import configure_logging
 
 
-@pytest.fixture(autouse=True)
-def _restore_logging():
-    yield
+def _reset():
     logging.captureWarnings(False)
     for name in ("torchsmith", "py.warnings"):
         lg = logging.getLogger(name)
         lg.handlers.clear()
         lg.setLevel(logging.NOTSET)
         lg.propagate = True
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging():
+    _reset()  # an earlier CLI invocation in this process may have captured warnings already
+    yield
+    _reset()
 
 
 def _emit(capsys):

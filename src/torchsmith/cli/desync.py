@@ -25,7 +25,7 @@ def desync_command(
     """
     from torchsmith.distributed.desync import check_desync
     from torchsmith.distributed.runtime import under_torchrun
-    from torchsmith.distributed.session import DistSession
+    from torchsmith.engine.dist_session import DistSession
     from torchsmith.engine.loop import build_step, resolve_device
     from torchsmith.plan import Plan
     from torchsmith.report.console import console

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from torchsmith.distributed.session import DistSession
+from torchsmith.engine.dist_session import DistSession
 from torchsmith.engine.evaluate import evaluate
 from torchsmith.engine.identity import RunIdentity, plan_fingerprint, workload_fingerprint
 from torchsmith.engine.outcome import RunFailedError, check_outcome  # noqa: F401  (RunFailedError re-exported)
@@ -171,7 +171,7 @@ def run(workload: Workload, plan: Plan | None = None, *, callbacks: RunCallbacks
     user_plan = plan or Plan()
     cb = callbacks or RunCallbacks()
     device = resolve_device(cfg.device)
-    # Under torchrun: join the group, DDP by default, batch slices, DCP checkpoints (distributed/session.py).
+    # Under torchrun: join the group, DDP by default, batch slices, DCP checkpoints (engine/dist_session.py).
     distributed = DistSession.from_env(device, cfg.checkpoint_dir, keep_last_k=cfg.keep_last_k,
                                        async_save=cfg.async_checkpoint)
     plan = distributed.plan(user_plan) if distributed else user_plan
