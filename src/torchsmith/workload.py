@@ -86,6 +86,15 @@ class Workload:
     """Optional ``loader(cfg: plan.LoaderConfig) -> Iterable``: rebuilds the training batches with
     the plan's DataLoader arguments (None fields = as written), so ``plan.loader`` takes effect.
     ``torchsmith.data.loader.make_loader`` builds one; ``batches`` stays the as-written source."""
+    blocks: str | None = None
+    """Dotted path of the repeated blocks' container (``"model.layers"``), for per-block transforms
+    (checkpointing, regional compile, FSDP2 units) when discovery is ambiguous; None = discovered."""
+    head: str | None = None
+    """Dotted path of the output head (``"lm_head"``) for the chunked loss; None = discovered."""
+
+    def __post_init__(self) -> None:
+        if self.blocks is not None or self.head is not None:
+            self.model = _Hinted(self.model, self.blocks, self.head)
 
     def iter_batches(self) -> Iterable[Batch]:
         """One epoch's batches."""
@@ -104,6 +113,22 @@ class Workload:
         if self.samples_per_batch:
             return "samples", self.samples_per_batch
         return "batches", None
+
+
+_HINT_ATTR = "_torchsmith_structure"  # torchsmith.structure.HINT_ATTR (which sits above this layer)
+
+
+class _Hinted:
+    """The model factory, tagging each model it builds with the workload's ``blocks``/``head`` paths,
+    so that every command that builds the model (run, tune, inspect) finds the same parts."""
+
+    def __init__(self, factory: Callable[[], nn.Module], blocks: str | None, head: str | None) -> None:
+        self.factory, self.blocks, self.head = factory, blocks, head
+
+    def __call__(self) -> nn.Module:
+        model = self.factory()
+        model.__dict__[_HINT_ATTR] = (self.blocks, self.head)
+        return model
 
 
 def load_workload(spec: str | Workload | None = None) -> Workload:
