@@ -43,6 +43,11 @@ BUILTIN_WORKLOADS: dict[str, str] = {
     "gpt-mini": "torchsmith.workloads.gpt_mini:workload",
     "cnn-mini": "torchsmith.workloads.cnn_mini:workload",
     "mlp": "torchsmith.workloads.mlp:workload",
+    # Hugging Face models from tiny configs; need the optional extra torchsmith[hf].
+    "hf-gpt2": "torchsmith.workloads.hf:gpt2",
+    "hf-llama": "torchsmith.workloads.hf:llama",
+    "hf-vit": "torchsmith.workloads.hf:vit",
+    "hf-resnet": "torchsmith.workloads.hf:resnet",
 }
 DEFAULT_WORKLOAD = "gpt-mini"
 
