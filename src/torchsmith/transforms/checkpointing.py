@@ -77,15 +77,16 @@ def _checkpointed(block: nn.Module, context_fn: Callable[[], Any] | None) -> Cal
         def once(*a: Any, **k: Any) -> Any:
             nonlocal calls
             calls += 1
-            if calls == 1:
-                return forward(*a, **k)
-            kept = [t.clone() for t in stats]  # the recompute, during backward
+            # Both calls issue the same ops in the same order: selective checkpointing replays the
+            # forward's op sequence during the recompute and refuses an op the forward did not run.
+            # So the forward too clones the statistics and copies them back, onto themselves.
+            kept = [t.clone() for t in stats]
             try:
                 return forward(*a, **k)
             finally:  # also when checkpoint stops the recompute early
                 with torch.no_grad():
                     for t, v in zip(stats, kept):
-                        t.copy_(v)
+                        t.copy_(v if calls > 1 else t)  # the recompute, in backward: undo its update
 
         # use_reentrant=False: supports kwargs, inputs without requires_grad and torch.compile,
         # and is the variant PyTorch recommends.
