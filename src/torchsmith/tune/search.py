@@ -268,13 +268,15 @@ def _variants(best: Plan, dims: list[Dimension], close_calls: list[dict[str, Any
 
 def _mfu(workload: Workload, dev, base: Candidate, best: Candidate, plan: Plan) -> tuple[float | None, float | None]:
     """MFU of the baseline and the tuned plan, each against the measured matmul peak of its own dtype."""
-    from torchsmith.measure.peak import machine_peak_flops, mfu
+    from torchsmith.measure.peak import checked_mfu
     from torchsmith.measure.run_metrics import flops_per_step, matmul_dtype
 
     flops = flops_per_step(workload, dev)
 
     def of(c: Candidate, p: Plan) -> float | None:
-        return mfu(flops, c.step_seconds, machine_peak_flops(dev.type, matmul_dtype(p))) if flops and c.step_seconds else None
+        # At the plan's own thread count and dtype; None rather than a figure above 100%.
+        return (checked_mfu(flops, c.step_seconds, dev.type, matmul_dtype(p), threads=p.threads.intra_op)[0]
+                if flops and c.step_seconds else None)
 
     return of(base, Plan()), of(best, plan)
 
