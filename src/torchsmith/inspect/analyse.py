@@ -172,6 +172,10 @@ def _rows(model: nn.Module, fwd: dict[str, int], total: dict[str, int], saved: d
         if depth is not None and min(d, keep.get(path, d)) > depth:
             continue
         f, t = fwd.get(path, 0), total.get(path, 0)
+        if isinstance(module, nn.ModuleList):  # never called itself: its blocks' sum
+            prefix = f"{path}." if path else ""
+            f = sum(fwd.get(f"{prefix}{name}", 0) for name, _ in module.named_children())
+            t = sum(total.get(f"{prefix}{name}", 0) for name, _ in module.named_children())
         rows.append(ModuleRow(
             path=path, type=type(module).__name__, depth=d,
             params=sum(p.numel() for p in module.parameters()),
