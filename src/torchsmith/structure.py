@@ -6,7 +6,7 @@ names differ: ``transformer.h`` in GPT-2, ``model.layers`` in Llama, ``vit.encod
 ViT, ``resnet.encoder.stages`` in ResNet, ``blocks`` in the built-in workloads. The rules:
 
 * blocks: every ``nn.ModuleList`` / ``nn.Sequential`` whose children all have the same class
-  is a candidate. A candidate nested inside another one (the two convolutions of a ResNet
+  (and hold parameters) is a candidate. A candidate nested inside another one (the two convolutions of a ResNet
   layer inside a stage) never competes with it. Among the outermost candidates the longest
   wins; a tie for the longest is ambiguous and nothing is guessed: the error lists what was
   found, and ``Workload(blocks="path")`` names the one to use;
@@ -143,6 +143,8 @@ def _candidates(model: nn.Module) -> list[tuple[str, nn.Module]]:
         if not isinstance(module, (nn.ModuleList, nn.Sequential)) or len(module) == 0:
             continue
         if len({type(child) for child in module}) != 1:
+            continue
+        if next(module.parameters(), None) is None:  # e.g. a stack of activations: nothing to wrap or shard
             continue
         # named_modules walks parents before children: a path under a kept one is nested in it.
         if any(path.startswith(f"{p}.") or p == "" for p, _ in out):

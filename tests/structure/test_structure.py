@@ -94,3 +94,9 @@ def test_checkpointing_uses_the_named_blocks():
         apply_checkpointing(EncoderDecoder(), CheckpointBlocks(every=1))
     change = apply_checkpointing(set_hint(EncoderDecoder(), blocks="decoder"), CheckpointBlocks(every=1))
     assert change.targets == ["decoder.0", "decoder.1"]
+
+
+def test_parameterless_lists_are_not_blocks():
+    model = nn.Sequential(nn.ReLU(), nn.ReLU(), nn.ReLU())
+    s = discover(model)
+    assert s.blocks is None and "no nn.ModuleList" in s.problem
