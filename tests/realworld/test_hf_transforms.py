@@ -157,3 +157,12 @@ def test_regional_compile_on_discovered_blocks(name):
     assert max(abs(g - w) / abs(w) for g, w in zip(got, want)) <= GuardConfig().loss_rtol
     compiled = [m for m in step.model.modules() if m._compiled_call_impl is not None]
     assert len(compiled) == 2
+
+
+def test_split_batch_splits_every_tensor_of_a_dict_and_keeps_the_rest():
+    from torchsmith.engine.step import split_batch
+
+    batch = {"task": "lm", "input_ids": torch.arange(12).view(6, 2), "labels": torch.arange(12).view(6, 2)}
+    parts = split_batch(batch, 3)
+    assert [p["input_ids"].shape[0] for p in parts] == [2, 2, 2] and all(p["task"] == "lm" for p in parts)
+    assert torch.equal(torch.cat([p["labels"] for p in parts]), batch["labels"])

@@ -182,7 +182,9 @@ def _batch_len(batch: Any) -> int:
     if isinstance(batch, (list, tuple)) and batch:
         return _batch_len(batch[0])
     if isinstance(batch, dict) and batch:
-        return _batch_len(next(iter(batch.values())))
+        # The first tensor decides: a Hugging Face-style dict may lead with a non-tensor entry.
+        tensors = [v for v in batch.values() if isinstance(v, (torch.Tensor, list, tuple))]
+        return _batch_len(tensors[0] if tensors else next(iter(batch.values())))
     return 1
 
 
