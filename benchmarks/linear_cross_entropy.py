@@ -7,7 +7,14 @@ CPU allocator's own events (``measure.memory``; ``torch.cuda.max_memory_allocate
 CUDA). Time: median of interleaved repetitions, so both variants see the same machine
 noise, as wall clock and as process CPU time (steadier on a shared CPU). Target at 32k: >= 60% less peak memory for <= 15% more time.
 
+``--hf-gpt2`` measures the built-in hf-gpt2 workload (GPT2LMHeadModel, tied head, 8 x 128 tokens,
+C = 256) at vocab 32k instead: the model's own head + loss (``lm_head`` then
+``model.loss_function``, the shifted cross-entropy ``model(**batch).loss`` computes) against the
+chunked op on the same hidden states and the same tied weight, then one whole training step of
+each plan (``loss_impl`` standard vs chunked). Target: >= 60% less loss peak memory.
+
     PYTHONPATH=src .venv/bin/python benchmarks/linear_cross_entropy.py [--device cuda] [--reps 5] [--threads N] [--step]
+    PYTHONPATH=src .venv/bin/python benchmarks/linear_cross_entropy.py --hf-gpt2 [--vocab 32000]
 """
 
 from __future__ import annotations
@@ -100,6 +107,49 @@ def step_peaks(vocab: int, device: torch.device) -> tuple[int, int]:
     return peaks[0], peaks[1]
 
 
+def hf_gpt2(vocab: int, device: torch.device, reps: int) -> None:
+    """The hf-gpt2 workload's own head + loss vs the chunked op, then one whole step of each plan."""
+    from torchsmith.engine.loop import build_step
+    from torchsmith.plan import LossImpl, Plan
+    from torchsmith.workloads.hf import gpt2
+
+    workload = gpt2(vocab=vocab)
+    batch = {k: v.to(device) for k, v in next(iter(workload.iter_batches())).items()}
+    torch.manual_seed(0)
+    model = workload.model().to(device)
+    with torch.no_grad():
+        hidden = model.transformer(input_ids=batch["input_ids"]).last_hidden_state  # (B, T, C)
+    hidden = hidden.detach().requires_grad_()
+    weight, labels = model.lm_head.weight, batch["labels"]  # the tied (vocab, C) weight
+
+    def own(*_):  # what GPT2LMHeadModel.forward does with labels: logits, then its loss function
+        return model.loss_function(model.lm_head(hidden), labels, vocab_size=vocab)
+
+    def chunked_hf(*_):  # what loss_impl='chunked' does: shift, then the op on the same weight
+        return linear_cross_entropy(hidden[:, :-1], weight, labels[:, 1:])
+
+    tensors = (hidden, weight, torch.zeros(1, requires_grad=True), labels)
+    torch.testing.assert_close(chunked_hf(), own(), rtol=1e-5, atol=1e-5)
+    mem = [peak(fn, tensors, None, device) for fn in (own, chunked_hf)]
+    (w0, c0), (w1, c1) = times((own, chunked_hf), tensors, None, device, reps)
+    tokens = labels.numel()
+    print(f"hf-gpt2 head + loss, {tokens} tokens, C={hidden.shape[-1]}, vocab {vocab}, device={device}, "
+          f"threads={torch.get_num_threads()}; median of {reps} interleaved reps")
+    print(f"  loss peak memory: model's own {mem[0] / 2**20:.1f} MiB, chunked {mem[1] / 2**20:.1f} MiB "
+          f"({1 - mem[1] / mem[0]:.0%} lower; target >= 60%: {'met' if mem[1] <= 0.4 * mem[0] else 'NOT met'})")
+    print(f"  time: wall {w0 * 1e3:.1f} -> {w1 * 1e3:.1f} ms ({w1 / w0 - 1:+.0%}), "
+          f"CPU {c0 * 1e3:.1f} -> {c1 * 1e3:.1f} ms ({c1 / c0 - 1:+.0%})")
+    peaks = []
+    for plan in (Plan(), Plan(loss_impl=LossImpl(impl="chunked"))):
+        step = build_step(workload, plan, device)
+        step(batch)  # warm-up: optimizer state and the chunked loss's one-time check
+        with track_peak_memory(device, live=(step.model, step.optimizer, batch)) as m:
+            step(batch)
+        peaks.append(m.result.peak_delta_bytes)
+    print(f"  whole training step (AdamW): peak {peaks[0] / 2**20:.1f} MiB standard, {peaks[1] / 2**20:.1f} MiB "
+          f"chunked ({peaks[1] / peaks[0] - 1:+.0%})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -108,10 +158,15 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, nargs="*", default=[62, 32000])
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: PyTorch's)")
     ap.add_argument("--step", action="store_true", help="also measure a whole gpt-mini training step per vocab")
+    ap.add_argument("--hf-gpt2", action="store_true", help="the hf-gpt2 workload's own loss vs chunked (vocab 32k)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
+    if args.hf_gpt2:
+        for vocab in args.vocab if args.vocab != [62, 32000] else [32000]:
+            hf_gpt2(vocab, device, args.reps)
+        return
     print(f"linear + cross-entropy, N={N} tokens, C={C}, device={device}, torch {torch.__version__}, "
           f"threads={torch.get_num_threads()}; median of {args.reps} interleaved reps")
     print(f"{'vocab':>6} {'chunk':>6} {'peak std MB':>12} {'peak chunked MB':>16} {'memory':>8} "

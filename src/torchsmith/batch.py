@@ -43,7 +43,9 @@ def batch_len(batch: Any) -> int:
     if isinstance(batch, (list, tuple)) and batch:
         return batch_len(batch[0])
     if isinstance(batch, dict) and batch:
-        return batch_len(next(iter(batch.values())))
+        # The first tensor decides: a Hugging Face-style dict may lead with a non-tensor entry.
+        tensors = [v for v in batch.values() if isinstance(v, (torch.Tensor, list, tuple))]
+        return batch_len(tensors[0] if tensors else next(iter(batch.values())))
     return 1
 
 

@@ -43,6 +43,11 @@ BUILTIN_WORKLOADS: dict[str, str] = {
     "gpt-mini": "torchsmith.workloads.gpt_mini:workload",
     "cnn-mini": "torchsmith.workloads.cnn_mini:workload",
     "mlp": "torchsmith.workloads.mlp:workload",
+    # Hugging Face models from tiny configs; need the optional extra torchsmith[hf].
+    "hf-gpt2": "torchsmith.workloads.hf:gpt2",
+    "hf-llama": "torchsmith.workloads.hf:llama",
+    "hf-vit": "torchsmith.workloads.hf:vit",
+    "hf-resnet": "torchsmith.workloads.hf:resnet",
 }
 DEFAULT_WORKLOAD = "gpt-mini"
 
@@ -86,6 +91,15 @@ class Workload:
     """Optional ``loader(cfg: plan.LoaderConfig) -> Iterable``: rebuilds the training batches with
     the plan's DataLoader arguments (None fields = as written), so ``plan.loader`` takes effect.
     ``torchsmith.data.loader.make_loader`` builds one; ``batches`` stays the as-written source."""
+    blocks: str | None = None
+    """Dotted path of the repeated blocks' container (``"model.layers"``), for per-block transforms
+    (checkpointing, regional compile, FSDP2 units) when discovery is ambiguous; None = discovered."""
+    head: str | None = None
+    """Dotted path of the output head (``"lm_head"``) for the chunked loss; None = discovered."""
+
+    def __post_init__(self) -> None:
+        if self.blocks is not None or self.head is not None:
+            self.model = _Hinted(self.model, self.blocks, self.head)
 
     def iter_batches(self) -> Iterable[Batch]:
         """One epoch's batches."""
@@ -131,6 +145,22 @@ class Workload:
         return "batches", None
 
 
+_HINT_ATTR = "_torchsmith_structure"  # torchsmith.structure.HINT_ATTR (which sits above this layer)
+
+
+class _Hinted:
+    """The model factory, tagging each model it builds with the workload's ``blocks``/``head`` paths,
+    so that every command that builds the model (run, tune, inspect) finds the same parts."""
+
+    def __init__(self, factory: Callable[[], nn.Module], blocks: str | None, head: str | None) -> None:
+        self.factory, self.blocks, self.head = factory, blocks, head
+
+    def __call__(self) -> nn.Module:
+        model = self.factory()
+        model.__dict__[_HINT_ATTR] = (self.blocks, self.head)
+        return model
+
+
 def load_workload(spec: str | Workload | None = None) -> Workload:
     """Resolve a workload from a built-in name, ``pkg.mod:fn`` or ``path/to/file.py:fn``.
 
@@ -151,6 +181,8 @@ def load_workload(spec: str | Workload | None = None) -> Workload:
     attr = target.rpartition(":")[2]
     try:
         workload = factory() if callable(factory) and not isinstance(factory, Workload) else factory
+    except WorkloadError:  # the factory's own diagnosis (a missing extra, say): already one clear message
+        raise
     except Exception as err:  # the user's factory failed: one line naming it and where, not a traceback
         raise WorkloadError(f"workload spec {spec!r}: {attr}() raised {type(err).__name__}: {_first(err)}"
                             f"{_where(err)}.\nTip: run the factory on its own (python -c 'import ...; "

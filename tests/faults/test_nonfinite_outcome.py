@@ -11,10 +11,7 @@ from torchsmith.engine.loop import RunFailedError, run
 from torchsmith.plan import Plan
 from torchsmith.tune.guard import GuardConfig, guard_rejection
 
-try:  # the lead moves measure/compare.py into harness/
-    from torchsmith.harness.compare import PlanMeasurement, _max_or_nan, _param_rel_diff
-except ImportError:
-    from torchsmith.measure.compare import PlanMeasurement, _max_or_nan, _param_rel_diff
+from torchsmith.harness.compare import PlanMeasurement, _max_or_nan, _param_rel_diff
 
 from fault_helpers import tiny
 

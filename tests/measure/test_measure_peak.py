@@ -86,3 +86,71 @@ def test_refresh_keeps_the_higher_figure(cache_dir):
     machine_peak_flops("cpu")
     _plant(1e30, load=0.1)  # higher than any real measurement
     assert machine_peak_flops("cpu", refresh=True).flops_per_s == 1e30
+
+
+def test_a_figure_measured_under_load_is_not_cached(cache_dir, monkeypatch):
+    import torchsmith.measure.peak as peak_mod
+
+    monkeypatch.setattr(peak_mod, "_load_per_core", lambda: 3.0)  # 3 runnable threads per core
+    first = machine_peak_flops("cpu")
+    assert not first.cached and first.load_per_core == 3.0
+    assert not cache_path().exists()  # used for this call, never kept
+    assert not machine_peak_flops("cpu").cached  # so the next call measures again
+
+
+def test_peak_at_the_plans_thread_count(cache_dir):
+    before = torch.get_num_threads()
+    peak = machine_peak_flops("cpu", threads=1)
+    assert peak.threads == 1 and torch.get_num_threads() == before
+    assert machine_peak_flops("cpu", threads=1).cached
+
+
+def _stub(rates):
+    calls = []
+
+    def peak_fn(device, dtype, *, threads=None, refresh=False):
+        calls.append(refresh)
+        rate = rates[min(len(calls), len(rates)) - 1]
+        return PeakFlops(flops_per_s=rate, dtype=str(dtype).removeprefix("torch."), device="stub",
+                         threads=threads or 1, size=1, measured_at="now", load_per_core=None, cached=not refresh)
+
+    return peak_fn, calls
+
+
+def test_checked_mfu_remeasures_above_100_percent_and_never_returns_it():
+    from torchsmith.measure.peak import checked_mfu
+
+    low_then_true, calls = _stub([1e9, 4e9])  # 2e9 FLOP/s achieved: 200% of the stale peak
+    value, peak = checked_mfu(2e9, 1.0, "cpu", torch.float32, threads=2, peak_fn=low_then_true)
+    assert value == pytest.approx(0.5) and calls == [False, True] and peak.threads == 2
+    always_low, calls = _stub([1e9])
+    value, _ = checked_mfu(2e9, 1.0, "cpu", torch.float32, peak_fn=always_low)
+    assert value is None and calls == [False, True]
+    fine, calls = _stub([8e9])
+    assert checked_mfu(2e9, 1.0, "cpu", torch.float32, peak_fn=fine)[0] == pytest.approx(0.25) and calls == [False]
+
+
+def test_no_mfu_above_100_percent_is_printed(monkeypatch):
+    """A run whose peak is stubbed far too low: the rendered report shows '-' for MFU, not 1000000%."""
+    import re
+
+    from rich.console import Console
+
+    import torchsmith.measure.peak as peak_mod
+    from torchsmith.engine.loop import run
+    from torchsmith.harness.run_metrics import measure_run_metrics
+    from torchsmith.report.run import render_run
+    from torchsmith.workloads import mlp
+
+    stub, calls = _stub([1.0])  # 1 FLOP/s: any real step is far above it
+    monkeypatch.setattr(peak_mod, "machine_peak_flops", stub)
+    monkeypatch.setattr("torchsmith.harness.run_metrics.machine_peak_flops", stub)
+    workload = mlp.workload(0, train_rows=1024, val_rows=256)
+    result = run(workload, steps=3, log_every=0, eval_batches=1)
+    result.metrics.update(measure_run_metrics(workload, result))
+    assert result.metrics["mfu"] is None and calls == [False, True]
+    console = Console(record=True, width=200)
+    render_run(result, console)
+    text = console.export_text()
+    assert "MFU" in text
+    assert all(float(p) <= 100 for p in re.findall(r"(\d+(?:\.\d+)?)%", text)), text

@@ -12,13 +12,15 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
+from torchsmith.structure import discover
 from torchsmith.transforms.parts import StepParts
 from torchsmith.plan import FSDP2
 from torchsmith.transforms.base import Change, TransformError, mark_applied
 
 
 def apply_fsdp2(parts: StepParts, cfg: FSDP2) -> Change:
-    """Shard ``parts.model`` in place: one FSDP unit per ``model.blocks[i]``, plus the root.
+    """Shard ``parts.model`` in place: one FSDP unit per repeated block
+    (:func:`torchsmith.structure.discover`), plus the root.
 
     ``fully_shard`` replaces every parameter by a sharded DTensor parameter, so the
     optimizer's param groups are pointed at the new parameters (its state is still empty).
@@ -36,9 +38,10 @@ def apply_fsdp2(parts: StepParts, cfg: FSDP2) -> Change:
     mark_applied(model, "parallel", change)
     mesh = init_device_mesh(parts.device.type, (dist.get_world_size(),))
     before = dict(model.named_parameters())
-    blocks = getattr(model, "blocks", None)
-    units = list(blocks) if isinstance(blocks, (nn.ModuleList, nn.Sequential)) else []
-    for block in units:
+    found = discover(model)
+    # Without a unique block list (none, or ambiguous) the root is the only unit: correct, less overlap.
+    units = found.block_items("FSDP2") if found.blocks is not None else []
+    for _, block in units:
         fully_shard(block, mesh=mesh, reshard_after_forward=cfg.reshard_after_forward)
     # The root unit holds what is left (embeddings, head); it is gathered for the whole step anyway.
     fully_shard(model, mesh=mesh, reshard_after_forward=cfg.reshard_after_forward)
@@ -48,7 +51,7 @@ def apply_fsdp2(parts: StepParts, cfg: FSDP2) -> Change:
         group["params"] = [new_for_old[id(p)] for p in group["params"]]
     parts.no_sync = _no_gradient_sync(model)
     change.on_revert(lambda: setattr(parts, "no_sync", nullcontext))
-    change.targets += [f"blocks.{i}" for i in range(len(units))] + [type(model).__name__]
+    change.targets += [path for path, _ in units] + [type(model).__name__]
     change.summary = (f"FSDP2 over {dist.get_world_size()} ranks: {len(units)} blocks + root"
                       f"{', resharded after forward' if cfg.reshard_after_forward else ''}")
     return change

@@ -11,7 +11,7 @@ from torchsmith.engine.loop import RunResult, resolve_device
 from torchsmith.seeding import seed_everything
 from torchsmith.batch import to_device
 from torchsmith.measure.flops import count_flops
-from torchsmith.measure.peak import machine_peak_flops, mfu
+from torchsmith.measure.peak import checked_mfu, machine_peak_flops
 from torchsmith.plan import Autocast, BF16Params, Plan
 from torchsmith.workload import Workload
 
@@ -31,13 +31,19 @@ def measure_run_metrics(workload: Workload, result: RunResult) -> dict[str, Any]
     device = resolve_device(result.device)
     # Under torchrun each rank computes 1/world of the batch: count one rank's share.
     flops = flops_per_step(workload, device) // int(os.environ.get("WORLD_SIZE", "1"))
-    peak = machine_peak_flops(device.type, matmul_dtype(result.plan))
     step_s = result.phases.step_median
+    # The peak at the plan's own dtype and thread count (the run has reverted its thread setting);
+    # checked_mfu re-measures it rather than report above 100%.
+    threads = result.plan.threads.intra_op
+    if step_s and flops:
+        value, peak = checked_mfu(flops, step_s, device.type, matmul_dtype(result.plan), threads=threads)
+    else:
+        value, peak = None, machine_peak_flops(device.type, matmul_dtype(result.plan), threads=threads)
     return {
         "flops_per_step": flops,
         "peak_flops_per_s": peak.flops_per_s,
         "peak_dtype": peak.dtype,
-        "mfu": mfu(flops, step_s, peak) if step_s and flops else None,
+        "mfu": value,
     }
 
 

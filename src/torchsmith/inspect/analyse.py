@@ -27,6 +27,7 @@ from torchsmith.measure.flops import count_flops
 from torchsmith.measure.memory import memory_split, tensor_bytes, track_peak_memory
 from torchsmith.measure.saved import OUTSIDE_MODULES, count_saved_tensors
 from torchsmith.plan import Plan
+from torchsmith.structure import discover
 from torchsmith.workload import Workload, check_scalar_loss
 
 
@@ -86,6 +87,8 @@ class InspectResult:
     modules: list[ModuleRow]
     graph: GraphInfo
     memory: MemoryEstimate
+    blocks_path: str | None = None
+    """Where the repeated blocks are (``torchsmith.structure.discover``); their rows are kept at any depth."""
 
 
 def inspect_workload(workload: Workload, *, device: str | torch.device | None = None,
@@ -123,14 +126,20 @@ def inspect_workload(workload: Workload, *, device: str | torch.device | None = 
     model.zero_grad(set_to_none=True)
 
     memory = _memory(step, batches, saved.bytes, device)
-    rows = _rows(model, fwd.by_module, total.by_module, saved.by_module or {}, graph.module_shapes, depth)
+    found = discover(model)
+    # The per-block table: the blocks' container counts as depth 1 and each block as depth 2,
+    # wherever they sit (ViT's `vit.layers.0` is 3 levels down, a ResNet stage 4).
+    keep = {}
+    if found.blocks is not None:
+        keep = {found.blocks_path: 1, **{p: 2 for p, _ in found.block_items("inspect")}}
+    rows = _rows(model, fwd.by_module, total.by_module, saved.by_module or {}, graph.module_shapes, depth, keep)
     params = sum(p.numel() for p in model.parameters())
     return InspectResult(
         workload=workload.name, device=str(device), params=params,
         trainable_params=sum(p.numel() for p in model.parameters() if p.requires_grad),
         forward_flops=fwd.total, backward_flops=total.backward, saved_bytes=saved.bytes,
         saved_outside_modules=(saved.by_module or {}).get(OUTSIDE_MODULES, 0),
-        modules=rows, graph=graph, memory=memory,
+        modules=rows, graph=graph, memory=memory, blocks_path=found.blocks_path,
     )
 
 
@@ -158,13 +167,18 @@ def _inclusive(by_module: dict[str, int], path: str) -> int:
 
 
 def _rows(model: nn.Module, fwd: dict[str, int], total: dict[str, int], saved: dict[str, int],
-          shapes: dict[str, str], depth: int | None) -> list[ModuleRow]:
+          shapes: dict[str, str], depth: int | None, keep: dict[str, int] | None = None) -> list[ModuleRow]:
     rows = []
+    keep = keep or {}
     for path, module in model.named_modules():
         d = 0 if path == "" else path.count(".") + 1
-        if depth is not None and d > depth:
+        if depth is not None and min(d, keep.get(path, d)) > depth:
             continue
         f, t = fwd.get(path, 0), total.get(path, 0)
+        if isinstance(module, nn.ModuleList):  # never called itself: its blocks' sum
+            prefix = f"{path}." if path else ""
+            f = sum(fwd.get(f"{prefix}{name}", 0) for name, _ in module.named_children())
+            t = sum(total.get(f"{prefix}{name}", 0) for name, _ in module.named_children())
         rows.append(ModuleRow(
             path=path, type=type(module).__name__, depth=d,
             params=sum(p.numel() for p in module.parameters()),

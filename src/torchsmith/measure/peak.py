@@ -6,6 +6,12 @@ after a warm-up. The result is cached per (device, dtype, threads, torch version
 fp32 matmul precision) in ``$TORCHSMITH_CACHE_DIR/peak_flops.json``, default
 ``~/.cache/torchsmith/peak_flops.json``.
 
+An MFU must not lie, and a peak measured too low makes it lie upwards (a run once printed
+169% against a peak measured while another process held the cores). So: a figure measured on
+oversubscribed cores is used once but never cached; the peak is taken at the plan's own thread
+count and dtype; and :func:`checked_mfu` measures the peak again when a figure would exceed
+100%, and reports no MFU at all rather than one above 100%.
+
 Example::
 
     peak = machine_peak_flops("cpu")            # ~1.5 s the first time, then cached
@@ -21,6 +27,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -29,7 +36,7 @@ from torchsmith.atomic import atomic_write_text
 logger = logging.getLogger(__name__)
 from torchsmith.measure.fingerprint import machine_fingerprint
 
-__all__ = ["PeakFlops", "machine_peak_flops", "mfu", "cache_path"]
+__all__ = ["PeakFlops", "machine_peak_flops", "mfu", "checked_mfu", "cache_path"]
 
 CACHE_ENV = "TORCHSMITH_CACHE_DIR"
 CACHE_FILE = "peak_flops.json"
@@ -129,12 +136,16 @@ def _load_per_core() -> float | None:
     return load / cores
 
 
+def _under_load(load: float | None) -> bool:
+    # More runnable threads than cores: on 2 cores at load 8 we measured fp32 matmul 150x
+    # below the quiet figure.
+    return load is not None and load > 1.0
+
+
 def _worth_remeasuring(cached: PeakFlops, load_now: float | None) -> bool:
-    """A figure measured on oversubscribed cores, when the cores are free now."""
-    if cached.load_per_core is None or load_now is None:
-        return False
-    # On 2 cores at load 8 we measured fp32 matmul 150x below the quiet figure.
-    return cached.load_per_core > 1.0 and load_now <= 1.0
+    """A figure measured on oversubscribed cores (caches written before they stopped being
+    stored), when the cores are free now."""
+    return _under_load(cached.load_per_core) and not _under_load(load_now)
 
 
 def _sync(device: torch.device) -> None:
@@ -182,13 +193,16 @@ def machine_peak_flops(
     dtype: torch.dtype = torch.float32,
     *,
     refresh: bool = False,
+    threads: int | None = None,
 ) -> PeakFlops:
     """Peak matmul FLOP/s of ``device`` in ``dtype``, from the cache or measured (~1.5 s on CPU).
 
     The CPU figure is for the current ``torch.get_num_threads()``; change the thread
     count and it is measured again. Other processes on the same cores lower it (see
     ``PeakFlops.load_per_core``), so the cache keeps the highest figure measured.
-    ``refresh=True`` measures again even when cached.
+    ``refresh=True`` measures again even when cached. ``threads`` measures at that intra-op
+    thread count (a plan's ``threads.intra_op``) and restores the current one after. A figure
+    measured while the cores were oversubscribed is returned but not cached.
 
     Example::
 
@@ -214,6 +228,13 @@ def machine_peak_flops(
             f"Asked for the peak of {dev} but CUDA is not available in this process.\n"
             "Tip: pass device='cpu', or check CUDA_VISIBLE_DEVICES and the torch build."
         )
+    if threads is not None and dev.type == "cpu" and threads != torch.get_num_threads():
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            return machine_peak_flops(dev, dtype, refresh=refresh)
+        finally:
+            torch.set_num_threads(before)
     name = _device_name(dev)
     threads = torch.get_num_threads()
     key = _cache_key(name, dtype, threads)
@@ -238,6 +259,9 @@ def machine_peak_flops(
         # A peak is a maximum: a slower re-measurement means a busier machine, not a
         # slower one, so the higher figure stands.
         result = replace(previous, cached=False)
+    elif _under_load(load_now):
+        # Measured on oversubscribed cores: good for this call (it is all there is), too low to keep.
+        return result
     stored = asdict(result)
     del stored["cached"]
     cache[key] = stored
@@ -271,3 +295,32 @@ def mfu(flops_per_step: float, step_seconds: float, peak: PeakFlops | float) -> 
             "the peak from machine_peak_flops()."
         )
     return flops_per_step / step_seconds / peak_rate
+
+
+def checked_mfu(flops_per_step: float, step_seconds: float, device: str | torch.device, dtype: torch.dtype,
+                *, threads: int | None = None,
+                peak_fn: Callable[..., PeakFlops] | None = None) -> tuple[float | None, PeakFlops]:
+    """MFU against the peak of ``dtype`` at ``threads``, never above 1: ``(mfu or None, peak used)``.
+
+    A figure above 100% means the peak was measured too low (a loaded machine) or the step was
+    timed wrong, so the peak is measured again (``refresh=True``); if the figure still exceeds
+    100%, the MFU is None ("not known") rather than a number that cannot be true.
+    ``peak_fn`` stands in for :func:`machine_peak_flops` in tests.
+
+    Example::
+
+        >>> value, peak = checked_mfu(1e9, 0.5, "cpu", torch.float32)   # doctest: +SKIP
+    """
+    peak_fn = peak_fn or machine_peak_flops  # looked up at call time: tests may replace it
+    peak = peak_fn(device, dtype, threads=threads)
+    value = mfu(flops_per_step, step_seconds, peak)
+    if value > 1.0:
+        peak = peak_fn(device, dtype, threads=threads, refresh=True)
+        value = mfu(flops_per_step, step_seconds, peak)
+        if value > 1.0:
+            logging.getLogger(__name__).warning(
+                "MFU would be %.0f%% of a %.3g FLOP/s peak (%s, %d threads) even after measuring the peak again; "
+                "reporting none. The peak was probably measured on a busy machine.",
+                100 * value, peak.flops_per_s, peak.dtype, peak.threads)
+            return None, peak
+    return value, peak

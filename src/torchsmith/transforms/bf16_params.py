@@ -11,7 +11,13 @@ Where it is safe, and why:
   away if applied to bf16 weights. Gradients flow into the masters as fp32 as soon as autograd
   has accumulated them into the bf16 copy; after each optimizer step the bf16 copy is refreshed;
 * ``state_dict()`` reports the fp32 masters and ``load_state_dict`` fills them, so checkpoints
-  stay exact and interchangeable with fp32 runs.
+  stay exact and interchangeable with fp32 runs;
+* a parameter shared by several modules (GPT-2's LM head and token embedding are one tensor)
+  stays registered everywhere as itself, the one fp32 master: the tie survives. A Linear that
+  uses it casts it to bf16 for the duration of its forward only (autograd brings the gradient
+  back to the master in fp32), while the embedding keeps reading fp32;
+* Hugging Face's ``Conv1D`` (GPT-2's attention and MLP projections: a Linear with a transposed
+  weight) is converted like ``nn.Linear``.
 
 Example::
 
@@ -31,6 +37,11 @@ from torchsmith.transforms.parts import StepParts
 from torchsmith.transforms.base import Change, TransformError, mark_applied
 
 LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+
+
+def is_layer(module: nn.Module) -> bool:
+    """A Linear/Conv layer, or Hugging Face's ``Conv1D`` (matched by name: transformers stays optional)."""
+    return isinstance(module, LAYERS) or (type(module).__name__ == "Conv1D" and hasattr(module, "nf"))
 
 
 def _cast(x: Any, dtype: torch.dtype) -> Any:
@@ -57,23 +68,29 @@ def apply_bf16_params(parts: StepParts) -> Change:
     uses: dict[int, int] = {}
     for _, p in model.named_parameters(remove_duplicate=False):
         uses[id(p)] = uses.get(id(p), 0) + 1
-    layers = [(n, m) for n, m in model.named_modules() if isinstance(m, LAYERS)]
+    layers = [(n, m) for n, m in model.named_modules() if is_layer(m)]
     convertible = [(n, m) for n, m in layers
-                   if all(p.dtype == torch.float32 and uses[id(p)] == 1 and id(p) in in_optimizer
-                          for p in m.parameters(recurse=False))]
+                   if all(p.dtype == torch.float32 and id(p) in in_optimizer for p in m.parameters(recurse=False))]
     if not convertible:
         raise TransformError(
-            f"bf16 parameters apply to fp32 Linear/Conv layers whose parameters the optimizer owns and no other "
-            f"module shares; {type(model).__name__} has {len(layers)} Linear/Conv layers and none qualifies.\n"
+            f"bf16 parameters apply to fp32 Linear/Conv layers whose parameters the optimizer owns; "
+            f"{type(model).__name__} has {len(layers)} Linear/Conv layers and none qualifies.\n"
             "Tip: use Autocast(dtype='bfloat16') instead: it casts per op and needs no parameter swap."
         )
     mark_applied(model, "bf16_params", change)
     pairs: list[tuple[torch.Tensor, torch.Tensor]] = []  # (fp32 master, bf16 working copy)
+    shared_values = 0
     for name, module in convertible:
         masters = module.__dict__.setdefault("_torchsmith_masters", {})
         change.on_revert(lambda m=module: m.__dict__.pop("_torchsmith_masters", None))
+        shared = [k for k, p in module._parameters.items() if p is not None and uses[id(p)] > 1]
+        if shared:  # tied: keep the one master registered, cast it during this module's forward only
+            for handle in (module.register_forward_pre_hook(_cast_shared(shared)),
+                           module.register_forward_hook(_restore_shared(shared), always_call=True)):
+                change.on_revert(handle.remove)
+            shared_values += sum(module._parameters[k].numel() for k in shared)
         for pname, master in list(module._parameters.items()):
-            if master is None:
+            if master is None or pname in shared:
                 continue
             masters[pname] = master
             working = nn.Parameter(master.detach().to(torch.bfloat16), requires_grad=master.requires_grad)
@@ -99,7 +116,32 @@ def apply_bf16_params(parts: StepParts) -> Change:
     change.on_revert(handle.remove)
     n = sum(w.numel() for _, w in pairs)
     change.summary = f"bf16 parameters in {len(convertible)} Linear/Conv layers ({n:,} values), fp32 masters"
+    if shared_values:
+        change.summary += f"; {shared_values:,} shared (tied) values stay fp32, cast to bf16 in forward"
     return change
+
+
+_SHARED = "_torchsmith_shared_masters"
+
+
+def _cast_shared(names: list[str]):
+    def pre(module: nn.Module, args: tuple) -> None:
+        # For this forward only, the registered tensor is a bf16 cast of the shared master
+        # (differentiable: its gradient reaches the master in fp32). The post-hook puts it back.
+        kept = module.__dict__[_SHARED] = {k: module._parameters[k] for k in names}
+        for k, master in kept.items():
+            module._parameters[k] = master.to(torch.bfloat16)
+
+    return pre
+
+
+def _restore_shared(names: list[str]):
+    def post(module: nn.Module, args: tuple, output: Any) -> None:
+        # always_call: the tie is restored even when the forward raised.
+        for k, master in module.__dict__.pop(_SHARED, {}).items():
+            module._parameters[k] = master
+
+    return post
 
 
 def _grad_to_master(master: torch.Tensor):

@@ -1,4 +1,7 @@
-"""Activation checkpointing of ``model.blocks``: full, every k-th block, or selective.
+"""Activation checkpointing of the model's repeated blocks: full, every k-th block, or selective.
+
+The blocks are found by :func:`torchsmith.structure.discover` (``transformer.h`` in GPT-2,
+``model.layers`` in Llama, ``blocks`` in the built-ins), or named by the workload.
 
 A checkpointed block keeps only its input for backward and runs its forward again during
 backward to rebuild what it needs. The selective variant keeps the outputs of matmuls,
@@ -26,6 +29,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
+from torchsmith.structure import StructureError, discover
 from torchsmith.plan import CheckpointBlocks, Checkpointing, NoCheckpointing, SelectiveCheckpoint
 from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo, mark_applied
 
@@ -73,15 +77,16 @@ def _checkpointed(block: nn.Module, context_fn: Callable[[], Any] | None) -> Cal
         def once(*a: Any, **k: Any) -> Any:
             nonlocal calls
             calls += 1
-            if calls == 1:
-                return forward(*a, **k)
-            kept = [t.clone() for t in stats]  # the recompute, during backward
+            # Both calls issue the same ops in the same order: selective checkpointing replays the
+            # forward's op sequence during the recompute and refuses an op the forward did not run.
+            # So the forward too clones the statistics and copies them back, onto themselves.
+            kept = [t.clone() for t in stats]
             try:
                 return forward(*a, **k)
             finally:  # also when checkpoint stops the recompute early
                 with torch.no_grad():
                     for t, v in zip(stats, kept):
-                        t.copy_(v)
+                        t.copy_(v if calls > 1 else t)  # the recompute, in backward: undo its update
 
         # use_reentrant=False: supports kwargs, inputs without requires_grad and torch.compile,
         # and is the variant PyTorch recommends.
@@ -91,22 +96,17 @@ def _checkpointed(block: nn.Module, context_fn: Callable[[], Any] | None) -> Cal
     return run
 
 
-def find_blocks(model: nn.Module, what: str) -> nn.Module:
-    """``model.blocks`` as a non-empty ModuleList/Sequential, or a TransformError saying what to do."""
-    blocks = getattr(model, "blocks", None)
-    if not isinstance(blocks, (nn.ModuleList, nn.Sequential)) or len(blocks) == 0:
-        found = type(blocks).__name__ if blocks is not None else "no `blocks` attribute"
-        raise TransformError(
-            f"{what} needs the model's repeated blocks at `model.blocks` (a non-empty nn.ModuleList or "
-            f"nn.Sequential); {type(model).__name__} has {found}.\n"
-            "Tip: keep your repeated layers in `self.blocks = nn.ModuleList(...)`, or leave this knob off "
-            "(micro-batching also cuts activation memory, without a model layout)."
-        )
-    return blocks
+def find_blocks(model: nn.Module, what: str) -> list[tuple[str, nn.Module]]:
+    """``[(path, block), ...]`` of the model's repeated blocks, or a TransformError listing what was found."""
+    try:
+        return discover(model).block_items(what)
+    except StructureError as err:
+        # Same message, as the error type tune reads as "does not apply here".
+        raise TransformError(str(err)) from None
 
 
 def apply_checkpointing(model: nn.Module, cfg: Checkpointing) -> Change:
-    """Checkpoint blocks ``0, k, 2k, ...`` of ``model.blocks`` in place.
+    """Checkpoint blocks ``0, k, 2k, ...`` of the model's repeated blocks in place.
 
     >>> change = apply_checkpointing(gpt, SelectiveCheckpoint(every=2))  # doctest: +SKIP
     >>> change.targets                                                   # doctest: +SKIP
@@ -119,17 +119,17 @@ def apply_checkpointing(model: nn.Module, cfg: Checkpointing) -> Change:
     mark_applied(model, "checkpointing", change)
     context_fn = _selective_context if isinstance(cfg, SelectiveCheckpoint) else None
     for i in range(0, len(blocks), cfg.every):
-        block = blocks[i]
+        path, block = blocks[i]
         if "forward" in block.__dict__:
             change.revert()
             raise TransformError(
-                f"blocks.{i} already has an instance-level forward ({block.__dict__['forward']!r}), "
+                f"{path} already has an instance-level forward ({block.__dict__['forward']!r}), "
                 "set by another tool; checkpointing it again would wrap twice.\n"
                 "Tip: remove that wrapper first, or leave checkpointing off."
             )
         block.forward = _checkpointed(block, context_fn)
         change.on_revert(lambda b=block: b.__dict__.pop("forward", None))
-        change.targets.append(f"blocks.{i}")
+        change.targets.append(path)
     how = "selective (matmul outputs kept)" if context_fn else "full"
     change.summary = f"{how} activation checkpointing of {len(change.targets)} of {len(blocks)} blocks"
     return change

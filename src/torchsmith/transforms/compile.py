@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from torchsmith.plan import Compile
+from torchsmith.structure import StructureError, discover
 from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo, mark_applied
 
 # Keys under which Dynamo records compile time: the forward's whole compile (tracing, AOT
@@ -137,14 +138,12 @@ def apply_compile(model: nn.Module, cfg: Compile, *, recover: list[Callable[[Bas
     if not cfg.enabled:
         return change
     if cfg.regional:
-        blocks = getattr(model, "blocks", None)
-        if not isinstance(blocks, (nn.ModuleList, nn.Sequential)) or len(blocks) == 0:
+        try:
+            targets = discover(model).block_items("regional compile")
+        except StructureError as err:
             raise TransformError(
-                f"regional compile needs repeated blocks at `model.blocks` (an nn.ModuleList); "
-                f"{type(model).__name__} has {type(blocks).__name__ if blocks is not None else 'none'}.\n"
-                "Tip: use Compile(enabled=True, regional=False) to compile the whole model."
-            )
-        targets = [(f"blocks.{i}", b) for i, b in enumerate(blocks)]
+                f"{err}\nOr use Compile(enabled=True, regional=False) to compile the whole model."
+            ) from None
     else:
         targets = [("", model)]
     mark_applied(model, "compile", change)

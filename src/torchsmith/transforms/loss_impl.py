@@ -1,8 +1,11 @@
 """Swap a language model's final Linear + cross-entropy for the chunked op (``Plan.loss_impl``).
 
 With ``LossImpl(impl="chunked")`` the step's loss stops building the ``(tokens, vocab)``
-logits: ``model.lm_head`` passes the hidden states through while the step's loss runs,
-and :func:`torchsmith.ops.linear_cross_entropy` applies the head's weight chunk by chunk.
+logits: the model's output head (``torchsmith.structure.discover``: ``get_output_embeddings()``
+in Hugging Face models, else the last Linear) passes the hidden states through while the
+step's loss runs, and :func:`torchsmith.ops.linear_cross_entropy` applies the head's weight
+chunk by chunk. A tied head (GPT-2: the token embedding's weight) works the same way: the
+op reads the one shared weight, and its gradient reaches it from both uses.
 
 How, and why this way:
 
@@ -12,11 +15,18 @@ How, and why this way:
   call (evaluation, generation) still gets logits;
 * the model is called through ``__call__``, not a ``hidden()`` method, so a whole-model
   ``torch.compile`` (which compiles ``__call__``) and DDP still wrap the forward;
-* what it assumes: batches are ``(inputs, targets)``, ``model(inputs)`` ends with
-  ``lm_head``, and the workload's loss is ``F.cross_entropy`` of those logits against the
-  targets, mean over tokens, default ``ignore_index`` (-100), no label smoothing. It
-  checks this once: on the first batch it also runs the loss as written (no grad, eager)
-  and refuses, with both values, if they differ.
+* what it assumes, one of two forms:
+
+  - batches ``(inputs, targets)``, ``model(inputs)`` ending with the head, and the workload's
+    loss ``F.cross_entropy`` of those logits against the targets;
+  - Hugging Face causal LMs (``*ForCausalLM``, ``*LMHeadModel``) with dict batches holding
+    ``labels`` (``loss = model(**batch).loss``): the model runs without the labels, its
+    ``logits`` are then the hidden states ``(B, T, C)``, and the loss is the model's own
+    shifted one: position ``t`` predicts ``labels[:, t + 1]``;
+
+  both mean over tokens, ``ignore_index`` -100, no label smoothing. It checks this once: on
+  the first batch it also runs the loss as written (no grad, eager) and refuses, with both
+  values, if they differ.
 
 Example::
 
@@ -37,6 +47,7 @@ from torch import nn
 from torchsmith.transforms.parts import LossFn, StepParts
 from torchsmith.ops.linear_cross_entropy import linear_cross_entropy
 from torchsmith.plan import LossImpl
+from torchsmith.structure import StructureError, discover
 from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo, mark_applied
 
 _DEFER = "_torchsmith_defer"
@@ -71,9 +82,12 @@ class ChunkedLoss:
         self.verified = False
 
     def __call__(self, model: nn.Module, batch: Any) -> torch.Tensor:
-        inputs, targets = _inputs_targets(batch)
-        with _deferred(self.head):
-            hidden = model(inputs)  # (B, T, C)
+        if isinstance(batch, dict):
+            hidden, targets = _causal_lm_hidden(model, self.head, batch)
+        else:
+            inputs, targets = _inputs_targets(batch)
+            with _deferred(self.head):
+                hidden = model(inputs)  # (B, T, C)
         head = self.head
         _check_hidden(hidden, targets, head)
         weight = head.weight
@@ -90,19 +104,44 @@ class ChunkedLoss:
         with torch.no_grad(), torch.compiler.set_stance("force_eager"):
             expected = self.original(model, batch).float()
         got = loss.detach().float()
-        low_precision = self.head.weight.dtype != torch.float32 or torch.is_autocast_enabled(got.device.type)
+        # bf16 parameters elsewhere in the model (or a tied head cast to bf16 in its forward) move
+        # the as-written loss by bf16's resolution too.
+        low_precision = (any(p.dtype != torch.float32 for p in model.parameters())
+                         or torch.is_autocast_enabled(got.device.type))
         rtol = 2e-2 if low_precision else 1e-4
         # Sync point (once): the two values are compared on the host.
         if not torch.isclose(got, expected, rtol=rtol, atol=1e-5):
             raise TransformError(
-                f"loss_impl='chunked' computes cross_entropy(lm_head(hidden), targets) = {got.item():.6f} on the "
+                f"loss_impl='chunked' computes cross_entropy(head(hidden), targets) = {got.item():.6f} on the "
                 f"first batch, but the workload's loss as written gives {expected.item():.6f} (rtol {rtol}).\n"
-                "The chunked loss reproduces only F.cross_entropy(model(x), y), mean over tokens, default "
-                "ignore_index, no label smoothing, with model(x) ending in model.lm_head.\n"
+                "The chunked loss reproduces only F.cross_entropy(model(x), y), or a Hugging Face causal LM's "
+                "own shifted loss, mean over tokens, ignore_index -100, no label smoothing, with the model's "
+                "forward ending in its output head.\n"
                 "Tip: keep loss_impl='standard' for this workload, or call "
                 "torchsmith.ops.linear_cross_entropy in your own loss."
             )
         self.verified = True
+
+
+def _is_hf_causal_lm(model: nn.Module) -> bool:
+    return type(model).__name__.endswith(("ForCausalLM", "LMHeadModel"))
+
+
+def _causal_lm_hidden(model: nn.Module, head: nn.Module, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """Hidden states ``(B, T-1, C)`` and targets ``(B, T-1)`` of a Hugging Face causal LM's dict batch."""
+    name = type(model).__name__
+    labels = batch.get("labels")
+    if not _is_hf_causal_lm(model) or not isinstance(labels, torch.Tensor):
+        raise TransformError(
+            f"loss_impl='chunked' takes dict batches only for Hugging Face causal LMs (*ForCausalLM, "
+            f"*LMHeadModel) with a 'labels' tensor; found {name} and a dict with keys {sorted(batch)}.\n"
+            "Tip: keep loss_impl='standard' for this workload."
+        )
+    with _deferred(head):
+        out = model(**{k: v for k, v in batch.items() if k != "labels"})  # no labels: no loss, no logits
+    hidden = out.logits if hasattr(out, "logits") else out[0]  # (B, T, C): the head passed them through
+    # The model's own loss shifts: position t predicts token t + 1; the last position predicts nothing.
+    return hidden[:, :-1], labels[:, 1:]
 
 
 def _inputs_targets(batch: Any) -> tuple[Any, torch.Tensor]:
@@ -120,14 +159,15 @@ def _check_hidden(hidden: Any, targets: torch.Tensor, head: nn.Linear) -> None:
             or hidden.shape[:-1] != targets.shape:
         shape = tuple(hidden.shape) if isinstance(hidden, torch.Tensor) else type(hidden).__name__
         raise TransformError(
-            f"loss_impl='chunked': with lm_head passing its input through, model(inputs) returned {shape}; "
+            f"loss_impl='chunked': with the head passing its input through, model(inputs) returned {shape}; "
             f"expected hidden states of shape {tuple(targets.shape)} + ({head.in_features},) "
             "(the targets' shape plus the head's in_features).\n"
-            "Tip: model.forward must end with `return self.lm_head(h)`; otherwise keep loss_impl='standard'."
+            "Tip: model.forward must end with its output head (e.g. `return self.lm_head(h)`); otherwise keep "
+            "loss_impl='standard', or name the head: Workload(..., head='lm_head')."
         )
     if type(head.weight).__name__ == "DTensor":
         raise TransformError(
-            "loss_impl='chunked' reads lm_head.weight outside the head's forward, where FSDP2 keeps it "
+            "loss_impl='chunked' reads the head's weight outside the head's forward, where FSDP2 keeps it "
             "sharded (a DTensor).\nTip: keep loss_impl='standard' with FSDP2."
         )
 
@@ -135,7 +175,7 @@ def _check_hidden(hidden: Any, targets: torch.Tensor, head: nn.Linear) -> None:
 def apply_loss_impl(parts: StepParts, cfg: LossImpl) -> Change:
     """Make ``parts.loss_fn`` compute the LM head + cross-entropy with the chunked op.
 
-    Refuses unless ``parts.model.lm_head`` is an ``nn.Linear``.
+    Refuses unless the model's output head (:func:`torchsmith.structure.discover`) is an ``nn.Linear``.
 
     >>> change = apply_loss_impl(parts, LossImpl(impl="chunked", chunk_size=256))  # doctest: +SKIP
     """
@@ -143,13 +183,24 @@ def apply_loss_impl(parts: StepParts, cfg: LossImpl) -> Change:
     if cfg.impl == "standard":
         return change
     model = parts.model
-    head = getattr(model, "lm_head", None)
+    try:
+        found = discover(model)
+    except StructureError as err:
+        raise TransformError(str(err)) from None
+    head, head_path = found.head, found.head_path
     if type(head) not in (nn.Linear, DeferredHead):  # DeferredHead: mark_applied names the double apply
-        found = type(head).__name__ if head is not None else "no attribute lm_head"
+        what = f"{type(head).__name__} at {head_path!r}" if head is not None else "no nn.Linear head"
         raise TransformError(
-            f"loss_impl='chunked' replaces the final Linear + cross-entropy and needs `model.lm_head` to be an "
-            f"nn.Linear (C -> vocab) applied last in forward; {type(model).__name__} has {found}.\n"
-            "Tip: name the output projection `lm_head`, or keep loss_impl='standard'."
+            f"loss_impl='chunked' replaces the final Linear + cross-entropy and needs the model's output head "
+            f"to be an nn.Linear (C -> vocab) applied last in forward; {type(model).__name__} has {what}.\n"
+            "Tip: name the head in the workload (Workload(..., head='lm_head')), or keep loss_impl='standard'."
+        )
+    if hasattr(model, "config") and hasattr(model, "base_model_prefix") and not _is_hf_causal_lm(model):
+        # A Hugging Face model computes its own loss: only the causal LMs' one is reproduced here.
+        raise TransformError(
+            f"loss_impl='chunked' reproduces a Hugging Face model's own loss only for causal LMs "
+            f"(*ForCausalLM, *LMHeadModel); {type(model).__name__} is not one (its head: {head_path!r}, "
+            f"{head.out_features} outputs).\nTip: keep loss_impl='standard': a small head gains nothing from chunks."
         )
     mark_applied(model, "loss_impl", change)
     head.__class__ = DeferredHead
@@ -164,9 +215,9 @@ def apply_loss_impl(parts: StepParts, cfg: LossImpl) -> Change:
 
     change.on_revert(undo)
     chunk = cfg.chunk_size or "auto"
-    change.summary = (f"lm_head ({head.in_features} -> {head.out_features}) + cross-entropy as chunked "
+    change.summary = (f"{head_path} ({head.in_features} -> {head.out_features}) + cross-entropy as chunked "
                       f"linear_cross_entropy (chunk {chunk} rows): no full logits")
-    change.targets.append("lm_head")
+    change.targets.append(head_path)
     return change
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from torchsmith.harness.run_metrics import flops_per_step, matmul_dtype
-from torchsmith.measure.peak import machine_peak_flops, mfu
+from torchsmith.measure.peak import checked_mfu
 from torchsmith.plan import Plan
 from torchsmith.workload import Workload
 
@@ -22,6 +22,7 @@ def tuned_mfu(workload: Workload, device: torch.device, baseline_seconds: float 
     def of(seconds: float | None, p: Plan) -> float | None:
         if not flops or not seconds:
             return None
-        return mfu(flops, seconds, machine_peak_flops(device.type, matmul_dtype(p)))
+        # At the plan's own thread count and dtype; None rather than a figure above 100%.
+        return checked_mfu(flops, seconds, device.type, matmul_dtype(p), threads=p.threads.intra_op)[0]
 
     return of(baseline_seconds, Plan()), of(best_seconds, plan)
