@@ -49,9 +49,13 @@ class DistSession:
 
     def load_latest(self, step_fn: Any) -> DistLoaded | None:
         """Model and optimizer are restored in place; ``.state`` holds the rest for ``run``."""
+        if self.checkpointer is None:
+            raise ValueError("DistSession.load_latest needs a checkpoint_dir.")
         return self.checkpointer.load_latest(step_fn.parts)
 
     def save(self, step_fn: Any, step: int, plan: Plan, position: tuple[int, int], epoch_rng: dict) -> Path:
+        if self.checkpointer is None:
+            raise ValueError("DistSession.save needs a checkpoint_dir.")
         parts = step_fn.parts
         extras = {
             "scheduler": parts.scheduler.state_dict() if parts.scheduler is not None else None,
