@@ -45,7 +45,7 @@ class _Config:
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
-        for f in dataclasses.fields(self):
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]  # a mixin: its subclasses are dataclasses
             _check(getattr(self, f.name), hints[f.name], f"{type(self).__name__}.{f.name}", f.metadata)
 
 
@@ -54,7 +54,7 @@ class _Config:
 
 def _to_json(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj):
-        out = {"kind": obj.kind} if hasattr(type(obj), "kind") else {}
+        out = {"kind": obj.kind} if hasattr(type(obj), "kind") else {}  # type: ignore[union-attr]  # is_dataclass narrows Any; hasattr guards
         out.update({f.name: _to_json(getattr(obj, f.name)) for f in dataclasses.fields(obj)})
         return out
     return obj
@@ -71,7 +71,7 @@ def _from_json(tp: Any, value: Any, path: str) -> Any:
     if value is None and type(None) in options:
         return None
     options = [o for o in options if o is not type(None)]
-    classes = [o for o in options if dataclasses.is_dataclass(o)]
+    classes: list[Any] = [o for o in options if dataclasses.is_dataclass(o)]
     if classes:
         if not isinstance(value, dict):
             raise PlanError(f"{path}: expected an object, found {value!r}")
@@ -471,6 +471,6 @@ def _differences(plan: Any, base: Any, prefix: str = ""):
             yield from _differences(a, b, name + ".")
         elif dataclasses.is_dataclass(a):
             args = ",".join(f"{k}={v}" for k, v in _to_json(a).items() if k != "kind")
-            yield name, f"{a.kind}({args})" if args else a.kind, b
+            yield name, f"{a.kind}({args})" if args else a.kind, b  # type: ignore[union-attr]  # is_dataclass narrows Any; variants have .kind
         else:
             yield name, a, b

@@ -58,7 +58,8 @@ def rng_state() -> dict[str, Any]:
     CUDA generators are included only once CUDA is initialised: reading them would
     otherwise initialise CUDA (seconds, and memory on every device) for nothing.
     """
-    np_state = np.random.get_state()
+    np_state = np.random.get_state(legacy=True)  # the default; numpy's stub types only legacy=False
+    assert isinstance(np_state, tuple)  # the global RandomState is an MT19937: its legacy state is a tuple
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
         "python": _to_lists(random.getstate()),

@@ -46,7 +46,7 @@ def profiler_running() -> bool:
     return bool(torch.autograd.profiler._is_profiler_enabled or torch._C._autograd._profiler_enabled())
 
 
-def profiler_event_tree(prof: Any) -> list[Any]:
+def profiler_event_tree(prof: Any) -> tuple[list[Any], Any]:
     """The roots of a finished profiler's raw event tree (allocations included), with the event-type
     enum to read their ``tag``: ``(roots, EventType)``. ``prof`` is a ``torch.profiler.profile``
     or the ``torch.autograd.profiler.profile`` inside it."""

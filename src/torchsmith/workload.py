@@ -248,6 +248,8 @@ def _import_module(what: str, module_part: str):
             raise WorkloadError(f"{what}: file {str(path)!r} does not exist (cwd: {Path.cwd()}).")
         name = f"_torchsmith_user_{path.stem}"
         module_spec = importlib.util.spec_from_file_location(name, path)
+        if module_spec is None or module_spec.loader is None:
+            raise WorkloadError(f"{what}: cannot import {str(path)!r} as a Python module (expected a .py file).")
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[name] = module
         # The user's file may import siblings, as it would under `python file.py`.

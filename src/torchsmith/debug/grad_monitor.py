@@ -108,10 +108,10 @@ class GradMonitor:
         got = torch.zeros(L, device=device, dtype=torch.float32)
         if idx:
             layer = self._layer_of[idx].to(device)
-            gnorm = torch.stack(torch._foreach_norm([self.params[i].grad for i in idx])).float()  # (P,)
+            gnorm = torch.stack(torch._foreach_norm([self.params[i].grad for i in idx])).float()  # type: ignore[misc]  # (P,); idx: grads not None
             sq[0].index_add_(0, layer, gnorm * gnorm)
             got.index_add_(0, layer, torch.ones_like(gnorm))
-        wnorm = torch.stack(torch._foreach_norm(self.params)).float()  # no_grad: no per-parameter detach
+        wnorm = torch.stack(torch._foreach_norm(self.params)).float()  # type: ignore[arg-type]  # torch's stub wants list[Tensor]; no_grad: no per-parameter detach
         sq[1].index_add_(0, self._layer_of.to(device), wnorm * wnorm)
         norms = torch.cat([sq.sqrt(), got[None]]).cpu().tolist()  # the one sync of this step
         self.steps.append(self._calls)
@@ -139,10 +139,10 @@ class GradMonitor:
                 elif len(past) >= 3 and g > self.spike * statistics.median(past) > 0:
                     flags.append(GradFlag(layer, "exploding", s, g, f"norm {g:.3g} is {g / statistics.median(past):.0f}x "
                                           f"the median {statistics.median(past):.3g} of its last {len(past)} steps"))
-            r = [g / w for (g, w) in ((row[j], wrow[j]) for row, wrow in zip(self.grad_norms, self.weight_norms))
-                 if math.isfinite(g) and w > 0]
-            if r:
-                ratios[layer] = statistics.median(r)
+            rs = [g / w for (g, w) in ((row[j], wrow[j]) for row, wrow in zip(self.grad_norms, self.weight_norms))
+                  if math.isfinite(g) and w > 0]
+            if rs:
+                ratios[layer] = statistics.median(rs)
         best = max(ratios.values(), default=0.0)
         for layer, r in ratios.items():
             if r < self.vanish_ratio or r < self.vanish_rel * best:

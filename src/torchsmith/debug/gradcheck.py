@@ -183,5 +183,5 @@ def check_gradients(target: Any, inputs: Sequence[Any] | None = None, *, shapes:
                          "(gradient penalties, Hessian-vector products)")
     op = _as_op(target)
     op_results = torch.library.opcheck(op, args, raise_exception=False) if op is not None and opcheck else None
-    return GradcheckReport(target=name or getattr(target, "__name__", repr(target)), kind=kind, inputs=checks,
+    return GradcheckReport(target=name if name else getattr(target, "__name__", repr(target)), kind=kind, inputs=checks,
                            gradcheck=bool(gc_ok), gradgradcheck=ggc_ok, opcheck=op_results, notes=notes)

@@ -148,6 +148,7 @@ def inspect_graph(model: nn.Module, args: tuple, kwargs: dict | None = None, *, 
             prop.propagate(*tree_leaves((args, kwargs or {})) if tracer == "torch.export" else args)
     nodes = []
     for n in gm.graph.nodes if gm is not None else []:
+        assert prop is not None  # set whenever gm is
         meta = n.meta.get("tensor_meta")
         shapes = ([list(m.shape) for m in tree_leaves(meta, is_leaf=lambda x: hasattr(x, "shape")) if hasattr(m, "shape")]
                   if meta is not None else [])

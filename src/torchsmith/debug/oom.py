@@ -11,6 +11,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+from typing import Literal
 
 import torch
 from torch import nn
@@ -36,7 +37,7 @@ class explain_oom(contextlib.AbstractContextManager):  # noqa: N801 - used as a 
         self.model, self.optimizer = model, optimizer
         self.report: OOMReport | None = None
 
-    def __exit__(self, exc_type, err, tb) -> bool:
+    def __exit__(self, exc_type, err, tb) -> Literal[False]:
         if err is not None and is_oom(err):
             attach_explanation(err, self.model, self.optimizer)
             self.report = getattr(err, "torchsmith_oom", None)

@@ -169,6 +169,7 @@ def _prefetch_depth(plan: Plan) -> int:
 def _own_rng(state: "_State") -> Iterator[None]:
     """Run with this plan's own global-RNG stream, then hand the caller's back."""
     outer = rng_state()
+    assert state.rng is not None  # only states that built (error is None) run steps
     set_rng_state(state.rng)
     try:
         yield
@@ -212,8 +213,10 @@ class _State:
     def step(self, clock: StepTimer) -> None:
         if self.error is not None:
             return
+        assert self.step_fn is not None  # None only when build failed (error set)
 
         def one_step() -> None:
+            assert self.step_fn is not None and self.batches is not None  # as above (closures lose narrowing)
             # Waiting for the next batch is part of the step: a data-bound plan pays for it here.
             batch = next(self.batches)
             if self.first_batch is None:
@@ -232,6 +235,7 @@ class _State:
     def measure_peak(self, device: torch.device) -> None:
         if self.error is not None or self.first_batch is None:
             return
+        assert self.step_fn is not None  # None only when build failed (error set)
         from torchsmith.measure.memory import track_peak_memory
 
         # One extra step on the first batch, outside the timed ones: tracking slows a step down.
@@ -245,6 +249,7 @@ class _State:
             self.error = _describe(err)
 
     def params_compared(self) -> list[torch.Tensor]:
+        assert self.step_fn is not None  # called only on states that built and ran
         return self.compared if self.compared is not None else list(self.step_fn.model.parameters())
 
     def close(self) -> None:

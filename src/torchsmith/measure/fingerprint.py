@@ -69,7 +69,7 @@ def _cpuinfo() -> tuple[str, frozenset[str]]:
         text = Path("/proc/cpuinfo").read_text(errors="replace")
     except OSError:
         return "", frozenset()
-    model, flags = "", set()
+    model, flags = "", set[str]()
     for line in text.splitlines():
         key, _, value = line.partition(":")
         key = key.strip().lower()
@@ -133,7 +133,7 @@ def machine_fingerprint() -> MachineFingerprint:
     if torch.cuda.is_available():
         index = torch.cuda.current_device()
         cuda_device = torch.cuda.get_device_name(index)
-        cuda_capability = tuple(torch.cuda.get_device_capability(index))
+        cuda_capability = torch.cuda.get_device_capability(index)
     return MachineFingerprint(
         cpu_model=_cpu_model(proc_model),
         cpu_capability=torch.backends.cpu.get_cpu_capability(),

@@ -142,7 +142,7 @@ def explain(err: BaseException, model: nn.Module | None = None,
     frame_tensors = [t for f in _frames(err.__traceback__) for v in f.f_locals.values() for t in tree_leaves(v)
                      if isinstance(t, torch.Tensor)]  # locals, and tensors in their tuples / lists / dicts
     saved = _saved_tensors(frame_tensors)
-    state = [p for p in (model.parameters() if model else [])]
+    state: list[torch.Tensor] = [p for p in (model.parameters() if model else [])]
     state += [p.grad for p in state if p.grad is not None]
     state += [v for st in (optimizer.state.values() if optimizer else []) for v in st.values() if isinstance(v, torch.Tensor)]
     live: dict[int, LiveTensor] = {}
@@ -158,14 +158,14 @@ def explain(err: BaseException, model: nn.Module | None = None,
     saved_bytes = sum(t.bytes for t in act if t.what == "saved for backward")
     with warnings.catch_warnings():  # isinstance() on some lazy torch objects warns of deprecations
         warnings.simplefilter("ignore")
-        others = {}
+        others: dict[int, int] = {}
         for o in gc.get_objects():
             # Dead weak proxies raise on isinstance(); fake, functional or sparse tensors have no plain storage.
             with contextlib.suppress(Exception):
                 if isinstance(o, torch.Tensor) and not o.is_meta:
-                    n = o.untyped_storage().nbytes()
-                    if type(n) is int:  # symbolic sizes (traced tensors) are not memory
-                        others[storage_key(o)] = n
+                    nbytes = o.untyped_storage().nbytes()
+                    if type(nbytes) is int:  # symbolic sizes (traced tensors) are not memory
+                        others[storage_key(o)] = nbytes
     other = sum(n for key, n in others.items() if key not in live and key not in names)
     device = next((p.device for p in model.parameters()), torch.device("cpu")) if model is not None else torch.device("cpu")
     allocated = torch.cuda.memory_allocated(device) if device.type == "cuda" else None
@@ -207,5 +207,5 @@ def attach_explanation(err: BaseException, model: nn.Module | None, optimizer: A
     except Exception as inner:  # never hide the OOM behind a failure of the explainer
         err.add_note(f"(torchsmith could not explain this OOM: {inner!r})")
         return
-    err.torchsmith_oom = report
+    err.torchsmith_oom = report  # type: ignore[attr-defined]  # our own attribute, read back with getattr
     err.add_note(report.describe())

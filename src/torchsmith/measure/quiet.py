@@ -17,6 +17,9 @@ from typing import Iterator
 
 @contextmanager
 def native_stderr_silenced() -> Iterator[None]:
+    if sys.__stderr__ is None:  # no stderr at all (pythonw): nothing to silence
+        yield
+        return
     try:
         fd = sys.__stderr__.fileno()
     except (AttributeError, ValueError, io.UnsupportedOperation):

@@ -104,7 +104,7 @@ def _linear_cross_entropy_op(
         s = e.sum(dim=-1)  # (n,)
         lse = m.squeeze(1) + s.log()  # (n,) logsumexp
         nll = lse - z_t
-        rows = nll if eps == 0.0 else (1.0 - eps) * nll + eps * (lse - z_mean)
+        rows = nll if z_mean is None else (1.0 - eps) * nll + eps * (lse - z_mean)  # None iff eps == 0
         total = total + torch.where(vc, rows, 0.0).sum()
         if not compute_grad:
             continue

@@ -6,7 +6,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -39,6 +39,7 @@ def render_tune(result: Any, console: Console, plan_path: Path | None = None) ->
     """Table of every measured loader, a bar per row, then the recommendation."""
     table = Table(title=f"DataLoader throughput, batch {result.samples_per_batch}, {result.cores} cores, "
                         f"{result.device} ({result.passes} x {result.batches} batches after warm-up)")
+    justify: JustifyMethod
     for col, justify in (("workers", "right"), ("prefetch", "right"), ("persist", "center"), ("pin", "center"),
                          ("fetch", "left"), ("samples/s", "right"), ("ratio", "right"), ("", "left")):
         table.add_column(col, justify=justify, no_wrap=True)

@@ -170,8 +170,8 @@ def render_graph(report: GraphReport, console: Console, max_nodes: int = 60) -> 
     if report.explain_error:
         console.print(f"[yellow]torch._dynamo.explain failed[/]: {report.explain_error}")
     elif report.graph_count is not None:
-        n = len(report.graph_breaks)
-        console.print(f"torch.compile: {report.graph_count} graph(s), {n} graph break(s)")
+        n_breaks = len(report.graph_breaks)
+        console.print(f"torch.compile: {report.graph_count} graph(s), {n_breaks} graph break(s)")
         for b in report.graph_breaks:
             console.print(f"  [yellow]break[/] {b.where}: {b.reason}")
 

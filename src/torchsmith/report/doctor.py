@@ -173,6 +173,7 @@ def write_doctor_html(report: DoctorReport, path: str | Path) -> Path:
         + f"</ul><p><b>Expected gain:</b> {e(f.expected_gain)}</p><pre>{e(f.fix)}</pre></section>"
         for f in report.findings) or "<p>No rule fired on these measurements.</p>"
     verified = "".join(f"<li>{e(v.rule)} ({e(v.plan)}): " + (e(v.error) if v.error else
+                       "not measured" if v.baseline_seconds is None or v.fixed_seconds is None else
                        f"{v.baseline_seconds * 1e3:.2f} → {v.fixed_seconds * 1e3:.2f} ms/step, {v.speedup:.2f}x")
                        + "</li>" for v in report.verified)
     memory = ""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -29,7 +29,7 @@ def run_progress(description: str, unit: str, quiet: bool = False) -> Iterator[R
         progress.update(task, total=total, completed=start)
 
     def on_step(info: StepInfo) -> None:
-        fields = {"rate": fmt_rate(info.items_per_s, unit)}
+        fields: dict[str, Any] = {"rate": fmt_rate(info.items_per_s, unit)}
         if info.loss is not None:
             fields["loss"] = f"{info.loss:.4f}"
         progress.update(task, completed=info.step, **fields)

@@ -50,9 +50,11 @@ def run_tips(workload: Workload, *, steps: int = 6, warmup: int = 2, device: Any
     baseline, rows = measure_candidates(workload, steps=steps, warmup=warmup, device=device, only=only,
                                         on_step=on_step)
     checks = run_folklore(device, on_check) if folklore else []
+    load_after = _load()
     return TipsReport(workload=workload.name, device=str(device), machine=machine_fingerprint(), steps=steps,
                       warmup=warmup, baseline=baseline, rows=rows, folklore=checks,
-                      load_average=(load_before, _load()) if load_before is not None else None,
+                      load_average=((load_before, load_after)
+                                    if load_before is not None and load_after is not None else None),
                       finished_utc=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
 
 

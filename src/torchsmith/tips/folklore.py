@@ -104,7 +104,7 @@ def check_addmm(n: int = 1024, device: str | torch.device = "cpu") -> FolkloreRe
 # --- empty_cache vs a retained graph --------------------------------------------------
 
 
-def _retaining_loop(model: nn.Module, x: torch.Tensor, iters: int, keep_graph: bool, empty_cache: bool) -> None:
+def _retaining_loop(model: nn.Module, x: torch.Tensor, iters: int, keep_graph: bool, empty_cache: bool) -> Any:
     total: Any = 0.0
     for _ in range(iters):
         loss = model(x).pow(2).mean()
@@ -125,7 +125,7 @@ def check_empty_cache(device: str | torch.device = "cpu", iters: int = 4) -> Fol
     with count_saved_tensors(model) as saved:
         model(x).pow(2).mean()
     per_iter = saved.result.bytes
-    keep = {}
+    keep: dict[str, Any] = {}
 
     def held(keep_graph: bool, empty: bool) -> int:
         with track_peak_memory(device, live=(model,)) as mem:
@@ -139,8 +139,8 @@ def check_empty_cache(device: str | torch.device = "cpu", iters: int = 4) -> Fol
     freed_by_del = mem.result.start_bytes - mem.result.end_bytes if device.type == "cuda" else None
     fixed = held(False, True)
     keep.clear()
-    figures = {"iters": iters, "saved_bytes_per_iter": per_iter, "held_bytes": leak,
-               "held_bytes_after_empty_cache": leak_after_empty, "held_bytes_with_item": fixed}
+    figures: dict[str, Any] = {"iters": iters, "saved_bytes_per_iter": per_iter, "held_bytes": leak,
+                               "held_bytes_after_empty_cache": leak_after_empty, "held_bytes_with_item": fixed}
     details = [
         f"{iters} iterations of `total = total + loss` keep {_mib(leak)} alive at the end "
         f"({leak / max(per_iter, 1):.1f}x the {_mib(per_iter)} one forward saves for backward): "

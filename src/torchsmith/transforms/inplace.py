@@ -25,6 +25,7 @@ Example::
 from __future__ import annotations
 
 import operator
+from collections.abc import Mapping
 
 import torch
 from torch import fx, nn
@@ -42,7 +43,7 @@ SAFE_PRODUCERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.BatchNorm1d, nn
 SAFE_FUNCTIONS = (operator.add, torch.add)
 
 
-def _safe_targets(model: nn.Module, candidates: dict[str, nn.Module]) -> tuple[list[str], dict[str, str]]:
+def _safe_targets(model: nn.Module, candidates: Mapping[str, nn.Module]) -> tuple[list[str], dict[str, str]]:
     """Names of candidate activations that are safe to run in place, and why the others are not."""
     try:
         graph = fx.symbolic_trace(model).graph
@@ -103,7 +104,7 @@ def apply_inplace(model: nn.Module, cfg: InPlace) -> Change:
     for name in safe:
         module = candidates[name]
         module.inplace = True
-        change.on_revert(lambda m=module: setattr(m, "inplace", False))
+        change.on_revert(lambda m=module: setattr(m, "inplace", False))  # type: ignore[misc]  # mypy cannot infer lambdas with default args
         change.targets.append(name)
     skipped = f"; {len(why_not)} left as written (unsafe)" if why_not else ""
     change.summary = f"{len(safe)} activation(s) in place{skipped}"

@@ -70,7 +70,7 @@ def apply_memory_format(model: nn.Module, cfg: MemoryFormat) -> Change:
         stride = t.stride()
         # In place on .data: the Parameter object (held by the optimizer) stays the same.
         t.data = t.data.contiguous(memory_format=torch.channels_last)
-        change.on_revert(lambda t=t, stride=stride: setattr(t, "data", _restrided(t.data, stride)))
+        change.on_revert(lambda t=t, stride=stride: setattr(t, "data", _restrided(t.data, stride)))  # type: ignore[misc]  # mypy cannot infer lambdas with default args
     handle = model.register_forward_pre_hook(_input_hook, with_kwargs=True)
     change.on_revert(handle.remove)
     change.targets.extend(convs)

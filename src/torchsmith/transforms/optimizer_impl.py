@@ -33,7 +33,7 @@ def apply_optimizer_impl(optimizer: torch.optim.Optimizer, cfg: OptimizerImpl) -
         group["foreach"] = flags[0]
         if "fused" in defaults:
             group["fused"] = flags[1]
-        change.on_revert(lambda g=group, b=before: g.update({k: v for k, v in b.items() if k in g}))
+        change.on_revert(lambda g=group, b=before: g.update({k: v for k, v in b.items() if k in g}))  # type: ignore[misc]  # mypy cannot infer lambdas with default args
     change.summary = f"{type(optimizer).__name__}: {cfg.impl}"
     change.targets.append(type(optimizer).__name__)
     return change

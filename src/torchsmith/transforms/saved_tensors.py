@@ -66,7 +66,7 @@ class compress_saved(torch.autograd.graph.saved_tensors_hooks):
         self._cache: dict[tuple, tuple[weakref.ref, torch.Tensor]] = {}
         super().__init__(self._pack, _unpack)
 
-    def __enter__(self) -> "compress_saved":
+    def __enter__(self) -> "compress_saved":  # type: ignore[override]  # torch types it -> None; `as c` wants self
         super().__enter__()
         return self
 
@@ -90,7 +90,7 @@ class compress_saved(torch.autograd.graph.saved_tensors_hooks):
         else:
             with torch.no_grad():
                 flat = torch.empty(0, dtype=t.dtype, device=t.device)
-                flat.set_(storage, 0, (storage.nbytes() // t.element_size(),))  # (N,) the whole storage
+                flat.set_(storage, 0, (storage.nbytes() // t.element_size(),))  # type: ignore[call-overload]  # (N,) the whole storage; torch's stub requires a stride
                 flat16 = flat.to(self.dtype)
             self._cache[key] = (weakref.ref(storage), flat16)
             self.stats.original_bytes += storage.nbytes()

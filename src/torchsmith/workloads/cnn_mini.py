@@ -215,7 +215,7 @@ class Normalize:
         self.mean = mean.view(1, 3, 1, 1)  # in 0..255 units
         self.std = std.view(1, 3, 1, 1)
 
-    def __call__(self, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(self, batch: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor]:
         images, labels = batch  # (B, 3, H, W) uint8, (B,) int64
         return (images.float() - self.mean) / self.std, labels
 
@@ -229,7 +229,7 @@ class BasicBlock(nn.Module):
         self.bn1 = nn.BatchNorm2d(c_out)
         self.conv2 = nn.Conv2d(c_out, c_out, 3, padding=1, bias=False)
         self.bn2 = nn.BatchNorm2d(c_out)
-        self.shortcut = nn.Identity()
+        self.shortcut: nn.Module = nn.Identity()
         if stride != 1 or c_in != c_out:
             self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False), nn.BatchNorm2d(c_out))
 

@@ -73,7 +73,7 @@ def encode(image: np.ndarray, quality: int = QUALITY) -> bytes:
 
 def decode(data: np.ndarray | bytes) -> Image.Image:
     """The bytes of an image file -> a decoded RGB PIL image (torchvision's ``pil_loader``)."""
-    with Image.open(io.BytesIO(data)) as img:
+    with Image.open(io.BytesIO(data)) as img:  # type: ignore[arg-type]  # numpy types ndarray.__buffer__ only on 3.12+
         return img.convert("RGB")
 
 
