@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from fault_helpers import cli, one_line_error, write_workload_file
+from fault_helpers import cli, write_workload_file
 from torchsmith.engine.checkpoint import list_checkpoints
 from torchsmith.engine.loop import RunFailedError, run
 from torchsmith.plan import Plan

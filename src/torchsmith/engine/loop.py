@@ -16,7 +16,7 @@ from torchsmith.distributed.session import DistSession
 from torchsmith.engine.evaluate import evaluate
 from torchsmith.engine.identity import RunIdentity, plan_fingerprint, workload_fingerprint
 from torchsmith.engine.outcome import RunFailedError, check_outcome  # noqa: F401  (RunFailedError re-exported)
-from torchsmith.engine.run_checkpoints import LocalCheckpoints, restore
+from torchsmith.engine.run_checkpoints import DistCheckpoints, LocalCheckpoints, restore
 from torchsmith.engine.step import Step, prepare
 from torchsmith.measure.timing import PhaseSummary, PhaseTimer
 from torchsmith.plan import Plan
@@ -200,7 +200,9 @@ def _checkpoints(cfg: RunConfig, distributed: DistSession | None) -> Any:
         raise ValueError("resume=True needs a checkpoint_dir to resume from.\nTip: pass --checkpoint-dir DIR.")
     if cfg.checkpoint_dir is None:
         return None
-    return distributed if distributed is not None else LocalCheckpoints(Path(cfg.checkpoint_dir), cfg.keep_last_k)
+    if distributed is not None:
+        return DistCheckpoints(distributed)
+    return LocalCheckpoints(Path(cfg.checkpoint_dir), cfg.keep_last_k)
 
 
 def _build(workload: Workload, plan: Plan, user_plan: Plan, device: torch.device) -> tuple[Step, RunIdentity]:
