@@ -20,8 +20,8 @@ from torchsmith.engine.run_checkpoints import DistCheckpoints, LocalCheckpoints,
 from torchsmith.engine.step import Step, prepare
 from torchsmith.measure.timing import PhaseSummary, PhaseTimer
 from torchsmith.plan import Plan
-from torchsmith.text import first_line
 from torchsmith.seeding import rng_state, seed_everything, set_rng_state
+from torchsmith.text import first_line
 from torchsmith.transforms.loader import apply_loader
 from torchsmith.workload import Workload
 
@@ -107,11 +107,7 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
 
 def build_step(workload: Workload, plan: Plan, device: torch.device) -> Step:
     """Seeded fresh model and optimizer for ``workload``, with ``plan`` applied."""
-    seed_everything(workload.seed)
-    model = workload.model().to(device)
-    optimizer = workload.optimizer(model.parameters())
-    scheduler = workload.scheduler(optimizer) if workload.scheduler else None
-    return prepare(plan, model, optimizer, workload.loss, scheduler=scheduler, device=device)
+    return _build(workload, plan, plan, device)[0]
 
 
 @dataclass(frozen=True, kw_only=True)
