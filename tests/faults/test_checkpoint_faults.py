@@ -158,3 +158,14 @@ def test_manifest_records_run_identity(tmp_path):
     raw = json.loads(manifest_path(tmp_path / "step_00000002.pt").read_text())
     assert m.step == 2 and len(m.sha256) == 64 and m.run_id and m.workload and m.plan
     assert raw["bytes"] == (tmp_path / "step_00000002.pt").stat().st_size
+
+
+def test_any_atomic_write_removes_its_own_orphans(tmp_path):
+    from torchsmith.atomic import atomic_write_text
+
+    orphan = tmp_path / ".plan.json.k3j4h5g6.tmp"
+    orphan.write_text("{half")
+    old = time.time() - 3600
+    os.utime(orphan, (old, old))
+    atomic_write_text(tmp_path / "plan.json", "{}")
+    assert not orphan.exists() and (tmp_path / "plan.json").read_text() == "{}"
