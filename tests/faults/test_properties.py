@@ -46,7 +46,8 @@ def _byte_edits(data: bytes):
         st.integers(0, n - 1).map(lambda i: data[:i]),
         st.tuples(st.integers(0, n - 1), st.integers(0, 7)).map(
             lambda t: data[:t[0]] + bytes([data[t[0]] ^ (1 << t[1])]) + data[t[0] + 1:]),
-        st.tuples(st.integers(0, n), st.binary(min_size=1, max_size=16)).map(lambda t: data[:t[0]] + t[1] + data[t[0]:]),
+        st.tuples(st.integers(0, n), st.binary(min_size=1, max_size=16)).map(
+            lambda t: data[:t[0]] + t[1] + data[t[0]:]),
     )
 
 

@@ -25,7 +25,9 @@ from typing import Any, Callable
 import torch
 
 from torchsmith.atomic import atomic_file, remove_orphan_temps
-from torchsmith.engine.manifest import Manifest, ManifestError, manifest_path, read_manifest, verify_file, write_manifest
+from torchsmith.engine.manifest import (
+    Manifest, ManifestError, manifest_path, read_manifest, verify_file, write_manifest,
+)
 from torchsmith.text import first_line, format_bytes
 
 FORMAT_VERSION = 1

@@ -44,7 +44,8 @@ def refuse_other_runs(directory: Path, found: list[Any], overwrite: bool) -> Non
     """A fresh run refuses a directory holding checkpoints unless told to ``--overwrite`` them."""
     if found and not overwrite:
         raise CheckpointDirError(
-            f"--checkpoint-dir {directory} already holds {len(found)} checkpoint(s) (newest {Path(str(found[-1])).name}) "
+            f"--checkpoint-dir {directory} already holds {len(found)} checkpoint(s) "
+            f"(newest {Path(str(found[-1])).name}) "
             "and this run was not started with --resume.\n"
             "Tip: pass --resume to continue that run, --overwrite to delete its checkpoints and start over, "
             "or choose an empty --checkpoint-dir.")
