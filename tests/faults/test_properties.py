@@ -6,6 +6,7 @@ another valid file; for checkpoints, whose SHA-256 is recorded, any change of th
 """
 
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -22,7 +23,8 @@ from torchsmith.engine.checkpoint import CheckpointError, load_checkpoint, save_
 from torchsmith.engine.manifest import ManifestError, manifest_path, read_manifest
 from torchsmith.plan import Autocast, Compile, Plan, PlanError, Threads
 
-SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+SETTINGS = settings(max_examples=int(os.environ.get("TORCHSMITH_HYPOTHESIS_EXAMPLES", "100")), deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
