@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+from glob import escape as glob_escape
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -47,11 +48,22 @@ def remove_orphan_temps(directory: str | os.PathLike, older_than: float | None =
     return removed
 
 
+def _remove_orphans_of(path: Path) -> None:
+    """Earlier processes' temp files for this same final name (a SIGKILL mid-write leaves one)."""
+    for tmp in path.parent.glob(f".{glob_escape(path.name)}.*.tmp"):
+        try:
+            if _TEMP.match(tmp.name) and tmp.stat().st_mtime < PROCESS_START:
+                tmp.unlink()
+        except OSError:
+            pass
+
+
 @contextmanager
 def atomic_file(path: str | os.PathLike) -> Iterator[BinaryIO]:
     """A binary file that appears at ``path`` whole when the block ends, or not at all."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_orphans_of(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         # mkstemp makes the file private (0600); give it the mode open() would have: 0666 less the umask.

@@ -65,7 +65,8 @@ def test_resume_with_other_plan_or_workload_is_refused_unless_forced(tmp_path):
 def test_resume_with_other_architecture_names_the_file_in_one_line(tmp_path):
     ckdir = tmp_path / "ck"
     run(tiny(width=4), steps=2, checkpoint_dir=ckdir)
-    spec = write_workload_file(tmp_path / "wide.py", "import sys\nsys.path.insert(0, %r)\nfrom fault_helpers import tiny\n"
+    spec = write_workload_file(tmp_path / "wide.py", "import sys\nsys.path.insert(0, %r)\n"
+                               "from fault_helpers import tiny\n"
                                "def workload():\n    return tiny(width=8)\n" % os.path.dirname(__file__))
     code, _, err = cli("run", spec, "--steps", "3", "--checkpoint-dir", ckdir, "--resume")
     assert code == 2 and "step_00000002.pt" in one_line_error(err) and "workload fingerprint" in err
@@ -158,3 +159,14 @@ def test_manifest_records_run_identity(tmp_path):
     raw = json.loads(manifest_path(tmp_path / "step_00000002.pt").read_text())
     assert m.step == 2 and len(m.sha256) == 64 and m.run_id and m.workload and m.plan
     assert raw["bytes"] == (tmp_path / "step_00000002.pt").stat().st_size
+
+
+def test_any_atomic_write_removes_its_own_orphans(tmp_path):
+    from torchsmith.atomic import atomic_write_text
+
+    orphan = tmp_path / ".plan.json.k3j4h5g6.tmp"
+    orphan.write_text("{half")
+    old = time.time() - 3600
+    os.utime(orphan, (old, old))
+    atomic_write_text(tmp_path / "plan.json", "{}")
+    assert not orphan.exists() and (tmp_path / "plan.json").read_text() == "{}"

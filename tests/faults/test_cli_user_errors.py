@@ -1,6 +1,5 @@
 """Every listed user error is one line naming the cause (file, flag), never a traceback."""
 
-import json
 import os
 import socket
 
@@ -8,7 +7,6 @@ import pytest
 import torch
 
 from fault_helpers import ANSI, cli, one_line_error, write_workload_file
-from torchsmith.engine.checkpoint import save_checkpoint
 
 NONSCALAR = """
 import torch, torchsmith

@@ -66,6 +66,6 @@ def test_plain_dataloader_uses_one_batched_read_per_batch(tmp_path, monkeypatch)
     reference = list(DataLoader([torch.from_numpy(x) for x in data], batch_size=64, shuffle=True,
                                 generator=torch.Generator().manual_seed(0)))
     assert [b.shape for b in batches] == [b.shape for b in reference]
-    assert all(torch.equal(a, b) for a, b in zip(batches, reference))
+    assert all(torch.equal(a, b) for a, b in zip(batches, reference, strict=True))
     with pytest.raises(IndexError, match="index 300 is out of range"):
         ds.__getitems__([0, 300])

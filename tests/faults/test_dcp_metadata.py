@@ -1,5 +1,6 @@
 """A crafted DCP ``.metadata`` never runs its payload: resume and load_model_tensors refuse it."""
 
+import json
 import os
 import pickle
 
@@ -7,7 +8,9 @@ import pytest
 import torch
 
 from fault_helpers import ANSI, tiny
-from torchsmith.distributed.checkpoint import DistCheckpointError, DistCheckpointer, MARKER, load_model_tensors
+from torchsmith.distributed.checkpoint import (
+    MARKER, DistCheckpointError, DistCheckpointer, _digest, list_steps, load_model_tensors,
+)
 from torchsmith.distributed.safe_metadata import MetadataRefusedError, load_metadata
 from torchsmith.engine.loop import build_step
 from torchsmith.plan import Plan
@@ -27,8 +30,13 @@ def _save_one(root, step_fn):
 
 
 def _poison(step_dir, marker):
+    """An attacker who can write the directory rewrites the recorded checksum too: the
+    restricted unpickler, not the checksum, is what must stop the payload."""
     _Payload.marker = marker
     (step_dir / ".metadata").write_bytes(pickle.dumps(_Payload()))
+    info = json.loads((step_dir / MARKER).read_text())
+    info["files"][".metadata"] = _digest(step_dir / ".metadata")
+    (step_dir / MARKER).write_text(json.dumps(info))
 
 
 def test_malicious_metadata_is_refused_on_resume_and_never_executed(tmp_path, one_rank_group):
@@ -69,3 +77,25 @@ def test_os_system_payload_and_garbage_are_refused(tmp_path):
     (tmp_path / ".metadata").write_bytes(b"\x80\x05garbage")
     with pytest.raises(MetadataRefusedError, match="is not readable DCP metadata"):
         load_metadata(tmp_path / ".metadata")
+
+
+def test_dcp_bit_flip_falls_back_to_the_previous_step_naming_the_file(tmp_path, one_rank_group):
+    w = tiny()
+    step = build_step(w, Plan(), torch.device("cpu"))
+    saver = DistCheckpointer(tmp_path / "ckpt", keep_last_k=None)
+    for s in (1, 2):
+        saver.save(s, step.parts, {"data_position": {"epoch": 0, "index": s}})
+    newest = list_steps(tmp_path / "ckpt")[-1][1]
+    shard = next(newest.glob("__0_*.distcp"))
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    shard.write_bytes(bytes(data))
+    loaded = DistCheckpointer(tmp_path / "ckpt").load_latest(build_step(w, Plan(), torch.device("cpu")).parts)
+    assert loaded.path.name == "step_00000001"
+    assert loaded.skipped[0][0] == newest and f"{shard.name} is truncated or corrupted" in loaded.skipped[0][1]
+    # With the older one damaged too, resume stops and names both instead of starting over.
+    old_shard = next(loaded.path.glob("__0_*.distcp"))
+    old_shard.write_bytes(old_shard.read_bytes()[:-5])
+    with pytest.raises(DistCheckpointError, match=r"(?s)every committed step failed its checksum.*step_00000002.*"
+                                                  r"step_00000001"):
+        DistCheckpointer(tmp_path / "ckpt").load_latest(build_step(w, Plan(), torch.device("cpu")).parts)

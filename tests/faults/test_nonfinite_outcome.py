@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from fault_helpers import cli, one_line_error, write_workload_file
+from fault_helpers import cli, write_workload_file
 from torchsmith.engine.checkpoint import list_checkpoints
 from torchsmith.engine.loop import RunFailedError, run
 from torchsmith.plan import Plan
@@ -40,7 +40,8 @@ def _nan_after(after):
 
 
 def test_final_nonfinite_loss_fails_and_names_the_step(tmp_path):
-    with pytest.raises(RunFailedError, match=r"final train loss is nan at step 4 \(non-finite since step 3 of 4\)") as err:
+    with pytest.raises(RunFailedError,
+                       match=r"final train loss is nan at step 4 \(non-finite since step 3 of 4\)") as err:
         run(_nan_after(2), steps=4)
     assert len(err.value.result.losses) == 4
     assert math.isnan(run(_nan_after(2), steps=4, allow_nonfinite=True).final_loss)

@@ -124,7 +124,7 @@ class MmapDataset(Dataset):
         shards = np.searchsorted(self._starts, idx, side="right") - 1
         local = (idx - self._starts[shards]).tolist()
         mapped = {int(k): torch.from_numpy(self._shard(int(k))[0]) for k in np.unique(shards)}  # no copy
-        return [mapped[k][j] for k, j in zip(shards.tolist(), local)]
+        return [mapped[k][j] for k, j in zip(shards.tolist(), local, strict=True)]
 
     def _checked(self, indices: Sequence[int]) -> np.ndarray:
         """Indices as int64, negatives wrapped; IndexError naming the first out of range."""

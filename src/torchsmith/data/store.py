@@ -32,6 +32,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from torchsmith.atomic import PROCESS_START, atomic_file, atomic_write_bytes
+from torchsmith.text import first_line
 
 FORMAT_VERSION = 1
 INDEX_NAME = "index.json"
@@ -95,28 +96,81 @@ def read_index(path: str | os.PathLike) -> StoreIndex:
         raise StoreError(f"{file} does not exist, so {path} is not a complete store.{hint}\n"
                          f"Tip: (re-)create it with `torchsmith data pack SRC {path}`.")
     try:
-        raw = json.loads(file.read_text())
-        version = raw.get("format_version")
-        if version != FORMAT_VERSION:
-            raise StoreError(f"{file}: format_version {version!r} is unknown; this torchsmith reads version "
-                             f"{FORMAT_VERSION}.\nTip: re-pack the source with this version of torchsmith.")
-        shards = tuple(
-            ShardRecord(samples=int(s["samples"]), data=FileRecord(**s["data"]),
-                        offsets=FileRecord(**s["offsets"]) if s.get("offsets") else None)
-            for s in raw["shards"]
-        )
-        shape = tuple(int(d) for d in raw["shape"]) if raw["shape"] is not None else None
-        index = StoreIndex(dtype=str(raw["dtype"]), shape=shape, num_samples=int(raw["num_samples"]),
-                           shards=shards, meta=dict(raw.get("meta", {})), format_version=version)
-    except StoreError:
-        raise
-    except (ValueError, KeyError, TypeError, AttributeError) as err:
-        raise StoreError(f"{file} is not a valid store index ({type(err).__name__}: {err}).\n"
+        raw = json.loads(file.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
+        raise StoreError(f"{file} is not a valid store index ({type(err).__name__}: {first_line(err)}).\n"
                          "Tip: re-pack the source; index.json is written by `torchsmith data pack`.") from None
+    index = _parse_index(raw, file)
     counted = sum(s.samples for s in index.shards)
     if counted != index.num_samples:
         raise StoreError(f"{file}: num_samples is {index.num_samples} but the shards hold {counted}.")
     return index
+
+
+_SHARD_NAME = re.compile(r"^shard_\d+(\.offs)?\.npy$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _parse_index(raw: Any, file: Path) -> StoreIndex:
+    """Every field checked for type and range: a damaged or hand-edited index is a StoreError
+    naming the field, never a TypeError later, and never a path outside the store."""
+
+    def bad(what: str) -> StoreError:
+        return StoreError(f"{file} is not a valid store index: {what}.\n"
+                          "Tip: re-pack the source; index.json is written by `torchsmith data pack`.")
+
+    def count(value: Any, what: str) -> int:
+        if type(value) is not int or value < 0:
+            raise bad(f"{what} is {value!r}, expected an integer >= 0")
+        return value
+
+    def record(value: Any, what: str) -> FileRecord:
+        if not isinstance(value, dict) or set(value) != {"name", "bytes", "sha256"}:
+            raise bad(f"{what} is {value!r}, expected {{name, bytes, sha256}}")
+        name, sha = value["name"], value["sha256"]
+        if not isinstance(name, str) or not _SHARD_NAME.match(name):
+            raise bad(f"{what}.name is {name!r}, expected shard_N.npy or shard_N.offs.npy in the store")
+        if not isinstance(sha, str) or not _HEX64.match(sha):
+            raise bad(f"{what}.sha256 is {sha!r}, expected 64 hex digits")
+        return FileRecord(name=name, bytes=count(value["bytes"], f"{what}.bytes"), sha256=sha)
+
+    if not isinstance(raw, dict):
+        raise bad(f"it holds a {type(raw).__name__}, expected an object")
+    version = raw.get("format_version")
+    if version != FORMAT_VERSION or type(version) is not int:
+        raise StoreError(f"{file}: format_version {version!r} is unknown; this torchsmith reads version "
+                         f"{FORMAT_VERSION}.\nTip: re-pack the source with this version of torchsmith.")
+    missing = sorted({"dtype", "shape", "num_samples", "shards"} - set(raw))
+    if missing:
+        raise bad(f"key {missing[0]!r} is missing")
+    try:
+        dtype = np.dtype(raw["dtype"]) if isinstance(raw["dtype"], str) else None
+    except (TypeError, ValueError):
+        dtype = None
+    if dtype is None or dtype.hasobject or dtype.fields is not None or dtype.itemsize == 0:
+        raise bad(f"dtype {raw['dtype']!r} is not a plain numeric dtype")
+    shape = raw["shape"]
+    if shape is not None and not isinstance(shape, list):
+        raise bad(f"shape is {shape!r}, expected a list of sizes or null")
+    shape = tuple(count(d, "shape[]") for d in shape) if shape is not None else None
+    shards_raw = raw["shards"]
+    if not isinstance(shards_raw, list):
+        raise bad(f"shards is {type(shards_raw).__name__}, expected a list")
+    shards = []
+    for i, sh in enumerate(shards_raw):
+        if not isinstance(sh, dict) or not {"samples", "data"} <= set(sh) or set(sh) - {"samples", "data", "offsets"}:
+            raise bad(f"shards[{i}] is {sh!r}, expected {{samples, data[, offsets]}}")
+        offsets = record(sh["offsets"], f"shards[{i}].offsets") if sh.get("offsets") is not None else None
+        if (offsets is None) != (shape is not None):
+            raise bad(f"shards[{i}] {'lacks' if offsets is None else 'has'} offsets, but the store is "
+                      f"{'ragged' if shape is None else 'fixed-shape'}")
+        shards.append(ShardRecord(samples=count(sh["samples"], f"shards[{i}].samples"),
+                                  data=record(sh["data"], f"shards[{i}].data"), offsets=offsets))
+    meta = raw.get("meta", {})
+    if not isinstance(meta, dict):
+        raise bad(f"meta is {type(meta).__name__}, expected an object")
+    return StoreIndex(dtype=str(raw["dtype"]), shape=shape, num_samples=count(raw["num_samples"], "num_samples"),
+                      shards=tuple(shards), meta=dict(meta), format_version=version)
 
 
 def file_sha256(path: Path) -> str:

@@ -27,6 +27,7 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -130,10 +131,14 @@ class DistCheckpointer:
 
     def _commit(self, step: int, extras: dict[str, Any]) -> None:
         path = step_dir(self.root, step)
-        _write_json(path / f"rank_{dist.get_rank():05d}.json", _plain(extras))
+        rank = dist.get_rank()
+        # Each rank hashes the tensor files it wrote (in parallel, files already in the page cache).
+        files = {f.name: _digest(f) for f in sorted(path.glob(f"__{rank}_*.distcp"))}
+        _write_json(path / f"rank_{rank:05d}.json", _plain({**extras, "files": files}))
         dist.barrier()  # sync point: every rank's data and JSON are on disk before the marker
-        if dist.get_rank() == 0:
-            commit(path, {"step": step, "world_size": dist.get_world_size(), "time": time.time(), "run_id": self.run_id})
+        if rank == 0:
+            commit(path, {"step": step, "world_size": dist.get_world_size(), "time": time.time(), "run_id": self.run_id,
+                          "files": {".metadata": _digest(path / ".metadata")}})
             self._retain()
         dist.barrier()  # nobody starts the next save (or exits) while rank 0 still deletes
 
@@ -159,14 +164,30 @@ class DistCheckpointer:
         skipped = [(p, f"incomplete: no {MARKER} marker (the save was interrupted)")
                    for s, p, ok in reversed(list_steps(self.root)) if not ok]
         committed = [(s, p) for s, p, ok in list_steps(self.root) if ok]
-        # Rank 0 chooses, everyone follows: all ranks must load the same step.
-        choice = torch.tensor([committed[-1][0] if committed else -1], device=parts.device)
+        # Rank 0 chooses the newest committed step whose files match their recorded SHA-256,
+        # everyone follows: all ranks must load the same step. -2: there were some, none good.
+        corrupt: list[tuple[Path, str]] = []
+        chosen = -1
+        if dist.get_rank() == 0:
+            for s, p in reversed(committed):
+                reason = verify_step(p)
+                if reason is None:
+                    chosen = s
+                    break
+                corrupt.append((p, reason))
+            chosen = -2 if chosen < 0 and corrupt else chosen
+        choice = torch.tensor([chosen], device=parts.device)
         dist.broadcast(choice, src=0)
+        if int(choice) == -2:
+            listed = "".join(f"\n  {p}: {why}" for p, why in corrupt) or " (rank 0 lists them)"
+            raise DistCheckpointError(f"no usable checkpoint in {self.root}; every committed step failed its "
+                                      f"checksum:{listed}\nTip: start a fresh run in a new --checkpoint-dir.")
         if int(choice) < 0:
             return None
         step = int(choice)
         path = step_dir(self.root, step)
-        skipped = [(p, why) for p, why in skipped if int(_STEP.match(p.name).group(1)) > step]
+        skipped = sorted([(p, why) for p, why in skipped + corrupt if int(_STEP.match(p.name).group(1)) > step],
+                         reverse=True)
         tensors, plain_template = _split(_state_dict(parts))
         try:
             # Checked here first: inside dcp.load a refusal comes back wrapped in a CheckpointException.
@@ -190,6 +211,32 @@ class DistCheckpointer:
         set_optimizer_state_dict(_inner(parts.model), _local_optimizer(parts),
                                  {k[len("optim."):]: v for k, v in optim.items()}, options=_FLAT)
         return DistLoaded(path, mine, skipped)
+
+
+def verify_step(path: Path) -> str | None:
+    """Why the committed step ``path`` is unusable (a file whose size or SHA-256 differs from the one
+    recorded at commit, naming it), or None. Steps committed before hashes were recorded pass."""
+    try:
+        records = dict(json.loads((path / MARKER).read_text()).get("files", {}))
+        for rank_file in sorted(path.glob("rank_*.json")):
+            records.update(json.loads(rank_file.read_text()).get("files", {}))
+    except (OSError, ValueError, AttributeError, TypeError) as err:
+        return f"its {MARKER} or rank_*.json is unreadable ({type(err).__name__})"
+    for name, recorded in sorted(records.items()):
+        file = path / name
+        if not file.is_file():
+            return f"{file} is missing"
+        found = _digest(file)
+        if list(found) != list(recorded):
+            return (f"{file} is truncated or corrupted: {found[0]} bytes, sha256 {found[1][:16]}...; recorded "
+                    f"{recorded[0]} bytes, sha256 {str(recorded[1])[:16]}...")
+    return None
+
+
+def _digest(path: Path) -> list[Any]:
+    """[bytes, sha256 hex] of a file."""
+    with open(path, "rb") as f:
+        return [os.fstat(f.fileno()).st_size, hashlib.file_digest(f, "sha256").hexdigest()]
 
 
 def commit(path: Path, info: dict[str, Any]) -> None:

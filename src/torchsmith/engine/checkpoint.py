@@ -25,7 +25,9 @@ from typing import Any, Callable
 import torch
 
 from torchsmith.atomic import atomic_file, remove_orphan_temps
-from torchsmith.engine.manifest import Manifest, ManifestError, manifest_path, read_manifest, verify_file, write_manifest
+from torchsmith.engine.manifest import (
+    Manifest, ManifestError, manifest_path, read_manifest, verify_file, write_manifest,
+)
 from torchsmith.text import first_line, format_bytes
 
 FORMAT_VERSION = 1
@@ -137,6 +139,8 @@ def _load_verified(path: Path) -> tuple[dict[str, Any], Manifest]:
     if not isinstance(state, dict) or state.get("format_version") != FORMAT_VERSION:
         found = state.get("format_version") if isinstance(state, dict) else type(state).__name__
         raise CheckpointError(f"{path} is not a torchsmith checkpoint of format {FORMAT_VERSION} (found {found!r}).")
+    if state.get("step") != manifest.step:
+        raise CheckpointError(f"{path} holds step {state.get('step')!r} but its manifest and name say {manifest.step}.")
     return state, manifest
 
 

@@ -22,9 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from torchsmith.distributed.checkpoint import DistCheckpointer, list_steps
-from torchsmith.engine.identity import RunIdentity, check_writable
-from torchsmith.engine.run_checkpoints import Resumed, refuse_other_runs
+from torchsmith.distributed.checkpoint import DistCheckpointer, DistLoaded, list_steps
 from torchsmith.distributed.runtime import DistContext, init_from_env, mean_over_ranks, shard_batch
 from torchsmith.seeding import rng_state
 from torchsmith.plan import DDP, Plan, Single
@@ -51,36 +49,31 @@ class DistSession:
     def shard(self, batch: Any) -> Any:
         return shard_batch(batch, self.ctx.rank, self.ctx.world_size)
 
-    # --- the checkpoint steps of ``run`` (as engine.run_checkpoints.LocalCheckpoints) --------
+    # --- checkpoints (engine/run_checkpoints.py adds the run identity around these) -------
 
-    def prepare(self, resume: bool, overwrite: bool) -> None:
-        """Every rank: the directory is writable and, for a fresh run, holds no other run's steps."""
-        root = self.checkpointer.root
-        check_writable(root)
-        if not resume:
-            refuse_other_runs(root, [p for _, p, _ in list_steps(root)], overwrite)
-            dist.barrier()  # everyone has looked before rank 0 deletes anything
-            if overwrite and self.ctx.rank == 0:
-                for _, p, _ in list_steps(root):
-                    shutil.rmtree(p, ignore_errors=True)
-            dist.barrier()
+    def existing(self) -> list[Path]:
+        """Step directories already in the checkpoint directory, oldest first."""
+        return [p for _, p, _ in list_steps(self.checkpointer.root)]
 
-    def exists(self) -> bool:
-        return bool(list_steps(self.checkpointer.root))
+    def clear(self) -> None:
+        """``--overwrite``: rank 0 deletes every step directory, once every rank has looked."""
+        dist.barrier()
+        if self.ctx.rank == 0:
+            for p in self.existing():
+                shutil.rmtree(p, ignore_errors=True)
+        dist.barrier()
 
-    def load(self, step_fn: Any, identity: RunIdentity, force: bool) -> Resumed | None:
+    def load_latest(self, step_fn: Any) -> DistLoaded | None:
         """Model and optimizer are restored in place; ``.state`` holds the rest for ``run``."""
-        loaded = self.checkpointer.load_latest(step_fn.parts)
-        if loaded is None:
-            return None
-        state = loaded.state
-        identity.check(loaded.path, state.get("workload_fingerprint", ""), state.get("plan_fingerprint", ""), force)
-        return Resumed(loaded.path, state, state.get("run_id", ""), loaded.skipped)
+        return self.checkpointer.load_latest(step_fn.parts)
 
-    def save(self, step_fn: Any, step: int, plan: Plan, identity: RunIdentity, position: tuple[int, int],
-             epoch_rng: dict, prune: bool = True) -> Path:
+    def save(self, step_fn: Any, step: int, plan: Plan, position: tuple[int, int], epoch_rng: dict,
+             identity: dict[str, str] | None = None, prune: bool = True) -> Path:
+        """``identity``: run id and fingerprints, stored in every rank's JSON; ``prune=False`` keeps
+        every older step this time (the loss is non-finite)."""
         parts = step_fn.parts
-        self.checkpointer.run_id = identity.run_id
+        identity = identity or {}
+        self.checkpointer.run_id = identity.get("run_id", "")
         extras = {
             "scheduler": parts.scheduler.state_dict() if parts.scheduler is not None else None,
             "scaler": parts.scaler.state_dict() if parts.scaler is not None else None,
@@ -89,9 +82,7 @@ class DistSession:
             "data_position": {"epoch": position[0], "index": position[1]},
             "plan": plan.to_dict(),
             "world_size": self.ctx.world_size,
-            "run_id": identity.run_id,
-            "workload_fingerprint": identity.workload,
-            "plan_fingerprint": identity.plan,
+            **identity,
         }
         keep = self.checkpointer.keep_last_k
         if not prune:  # a non-finite loss: keep every older good step this time

@@ -78,11 +78,20 @@ def workload_fingerprint(workload: Workload, model: torch.nn.Module, optimizer: 
     """Name, seed, architecture (state-dict names, shapes, dtypes) and optimizer hyperparameters."""
     hyper = {k: v for k, v in optimizer.defaults.items() if isinstance(v, (bool, int, float, str, tuple, type(None)))}
     return _digest({
-        "name": workload.name, "seed": workload.seed, "model": type(model).__qualname__,
+        "name": _stable_name(workload.name), "seed": workload.seed, "model": type(model).__qualname__,
         "state": [(k, list(v.shape), str(v.dtype)) for k, v in model.state_dict().items()
                   if isinstance(v, torch.Tensor)],
         "optimizer": type(optimizer).__qualname__, "hyper": hyper,
     })
+
+
+def _stable_name(name: str) -> str:
+    """A name taken from a file spec keeps only the file's name: ``./w.py:fn`` and ``/abs/w.py:fn``
+    are the same workload, resumed from another directory or spelled another way."""
+    module, sep, fn = name.rpartition(":")
+    if sep and module.endswith(".py"):
+        return f"{Path(module).name}:{fn}"
+    return name
 
 
 def check_writable(directory: str | os.PathLike) -> Path:

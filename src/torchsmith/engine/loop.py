@@ -16,12 +16,12 @@ from torchsmith.engine.dist_session import DistSession
 from torchsmith.engine.evaluate import evaluate
 from torchsmith.engine.identity import RunIdentity, plan_fingerprint, workload_fingerprint
 from torchsmith.engine.outcome import RunFailedError, check_outcome  # noqa: F401  (RunFailedError re-exported)
-from torchsmith.engine.run_checkpoints import LocalCheckpoints, restore
+from torchsmith.engine.run_checkpoints import DistCheckpoints, LocalCheckpoints, restore
 from torchsmith.engine.step import Step, prepare
 from torchsmith.measure.timing import PhaseSummary, PhaseTimer
 from torchsmith.plan import Plan
-from torchsmith.text import first_line
 from torchsmith.seeding import rng_state, seed_everything, set_rng_state
+from torchsmith.text import first_line
 from torchsmith.transforms.loader import apply_loader
 from torchsmith.workload import Workload
 
@@ -107,11 +107,7 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
 
 def build_step(workload: Workload, plan: Plan, device: torch.device) -> Step:
     """Seeded fresh model and optimizer for ``workload``, with ``plan`` applied."""
-    seed_everything(workload.seed)
-    model = workload.model().to(device)
-    optimizer = workload.optimizer(model.parameters())
-    scheduler = workload.scheduler(optimizer) if workload.scheduler else None
-    return prepare(plan, model, optimizer, workload.loss, scheduler=scheduler, device=device)
+    return _build(workload, plan, plan, device)[0]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -200,7 +196,9 @@ def _checkpoints(cfg: RunConfig, distributed: DistSession | None) -> Any:
         raise ValueError("resume=True needs a checkpoint_dir to resume from.\nTip: pass --checkpoint-dir DIR.")
     if cfg.checkpoint_dir is None:
         return None
-    return distributed if distributed is not None else LocalCheckpoints(Path(cfg.checkpoint_dir), cfg.keep_last_k)
+    if distributed is not None:
+        return DistCheckpoints(distributed)
+    return LocalCheckpoints(Path(cfg.checkpoint_dir), cfg.keep_last_k)
 
 
 def _build(workload: Workload, plan: Plan, user_plan: Plan, device: torch.device) -> tuple[Step, RunIdentity]:

@@ -96,7 +96,9 @@ def read_manifest(path: Path) -> Manifest:
     if m.format_version != MANIFEST_VERSION:
         raise ManifestError(f"manifest {file} has format_version {m.format_version}; this torchsmith reads "
                             f"{MANIFEST_VERSION}.")
-    if m.file != path.name or m.bytes < 0 or m.step < 0 or not _SHA.match(m.sha256):
+    named = re.match(r"^step_(\d+)\.pt$", path.name)
+    if (m.file != path.name or m.bytes < 0 or m.step < 0 or not _SHA.match(m.sha256)
+            or (named is not None and int(named.group(1)) != m.step)):
         raise ManifestError(f"manifest {file} does not describe {path.name} (file {m.file!r}, step {m.step}, "
                             f"{m.bytes} bytes, sha256 {m.sha256[:16]!r}).")
     return m

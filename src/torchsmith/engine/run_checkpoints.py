@@ -44,7 +44,8 @@ def refuse_other_runs(directory: Path, found: list[Any], overwrite: bool) -> Non
     """A fresh run refuses a directory holding checkpoints unless told to ``--overwrite`` them."""
     if found and not overwrite:
         raise CheckpointDirError(
-            f"--checkpoint-dir {directory} already holds {len(found)} checkpoint(s) (newest {Path(str(found[-1])).name}) "
+            f"--checkpoint-dir {directory} already holds {len(found)} checkpoint(s) "
+            f"(newest {Path(str(found[-1])).name}) "
             "and this run was not started with --resume.\n"
             "Tip: pass --resume to continue that run, --overwrite to delete its checkpoints and start over, "
             "or choose an empty --checkpoint-dir.")
@@ -97,6 +98,38 @@ class LocalCheckpoints:
 
     def finish(self) -> None:
         pass
+
+
+class DistCheckpoints:
+    """Under torchrun: the session's DCP step directories, with the same identity rules."""
+
+    def __init__(self, session: Any):
+        self.session = session
+        self.directory = Path(session.checkpointer.root)
+
+    def prepare(self, resume: bool, overwrite: bool) -> None:
+        check_writable(self.directory)  # every rank: the directory may be on a node-local disk
+        if not resume:
+            refuse_other_runs(self.directory, self.session.existing(), overwrite)
+            if overwrite:
+                self.session.clear()
+
+    def load(self, step_fn: Step, identity: RunIdentity, force: bool) -> Resumed | None:
+        loaded = self.session.load_latest(step_fn)  # model and optimizer restored in place
+        if loaded is None:
+            return None
+        state = loaded.state
+        identity.check(loaded.path, state.get("workload_fingerprint", ""), state.get("plan_fingerprint", ""), force)
+        return Resumed(loaded.path, state, state.get("run_id", ""), loaded.skipped)
+
+    def save(self, step_fn: Step, step: int, plan: Plan, identity: RunIdentity, position: tuple[int, int],
+             epoch_rng: dict, prune: bool) -> Path:
+        ident = {"run_id": identity.run_id, "workload_fingerprint": identity.workload,
+                 "plan_fingerprint": identity.plan}
+        return self.session.save(step_fn, step, plan, position, epoch_rng, ident, prune)
+
+    def finish(self) -> None:
+        self.session.finish()
 
 
 def local_state(step_fn: Step, plan: Plan, position: tuple[int, int], epoch_rng: dict) -> dict[str, Any]:
