@@ -44,7 +44,7 @@ def test_module_spec(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("spec, message", [
-    ("gpt-large", "neither a built-in name (gpt-mini, cnn-mini, mlp)"),
+    ("gpt-large", "neither a built-in name (gpt-mini, cnn-mini, mlp, hf-gpt2, hf-llama, hf-vit, hf-resnet)"),
     ("no_such_module_xyz:workload", "no module named 'no_such_module_xyz'"),
     ("/nonexistent/file.py:workload", "does not exist"),
 ])
