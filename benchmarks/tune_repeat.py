@@ -39,7 +39,7 @@ def main() -> None:
     plans = [Plan()] + list(dict.fromkeys(r.plan for r in results if r.plan != Plan()))
     measured = measure_plans(workload, plans, steps=args.steps, measure_memory=False)
     base = measured[0].step_seconds
-    speed = {p: base / m.step_seconds for p, m in zip(plans, measured)}
+    speed = {p: base / m.step_seconds for p, m in zip(plans, measured, strict=True)}
     speed[Plan()] = 1.0  # a plan measured against itself is 1 by construction
     print(f"\nre-measured side by side ({args.steps} steps each, interleaved), vs as written:")
     for i, r in enumerate(results):

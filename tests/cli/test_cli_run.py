@@ -12,15 +12,24 @@ def torchsmith(*args, cwd=None, timeout=300):
                           cwd=cwd, timeout=timeout)
 
 
-@pytest.mark.parametrize("workload", ["gpt-mini", "cnn-mini", "mlp"])
+def _has_transformers() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("transformers") is not None
+
+
+@pytest.mark.parametrize("workload", ["gpt-mini", "cnn-mini", "mlp", pytest.param("hf-resnet", marks=pytest.mark.skipif(
+    not _has_transformers(), reason="needs the optional extra torchsmith[hf]"))])
 def test_run_each_builtin_workload(workload, tmp_path):
     proc = torchsmith("run", workload, "--steps", "3", "--json", "--checkpoint-dir", str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert out["workload"] == workload and out["end_step"] == 3 and len(out["losses"]) == 3
     assert out["throughput"] > 0 and out["final_val_loss"] is not None
-    # MFU is not bounded here: the peak is measured on a shared machine, whose load varies.
-    assert out["metrics"]["flops_per_step"] > 0 and out["metrics"]["mfu"] > 0
+    # On a shared machine the peak moves with the load; an MFU that would exceed 100% even after
+    # measuring the peak again is reported as None, never above 1.
+    mfu = out["metrics"]["mfu"]
+    assert out["metrics"]["flops_per_step"] > 0 and (mfu is None or 0 < mfu <= 1)
     assert out["metrics"]["peak_memory_bytes"] > 0
     assert out["checkpoints"] == [str(tmp_path / "step_00000003.pt")]
 

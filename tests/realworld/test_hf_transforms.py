@@ -12,9 +12,8 @@ import torch
 pytest.importorskip("transformers")
 
 from torchsmith.engine.loop import build_step  # noqa: E402
-from torchsmith.plan import (BF16Params, CheckpointBlocks, Compile, LossImpl, MicroBatching, Plan,  # noqa: E402
-                             SelectiveCheckpoint)
 from torchsmith.engine.registry import registered_transforms  # noqa: E402
+from torchsmith.plan import BF16Params, CheckpointBlocks, Compile, LossImpl, MicroBatching, Plan, SelectiveCheckpoint  # noqa: E402
 from torchsmith.transforms.base import DeviceInfo, TransformError  # noqa: E402
 from torchsmith.transforms.loss_impl import apply_loss_impl  # noqa: E402
 from torchsmith.transforms.parts import StepParts  # noqa: E402
@@ -69,7 +68,7 @@ def test_knob_applies_and_trains_within_the_guard(name, field, value):
     if name == "hf-resnet" and isinstance(value, MicroBatching):
         pytest.skip("BatchNorm normalises over each micro-batch, so the loss differs; the guard rejects it")
     want, got = _losses(workload, Plan()), _losses(workload, plan)
-    worst = max(abs(g - w) / abs(w) for g, w in zip(got, want))
+    worst = max(abs(g - w) / abs(w) for g, w in zip(got, want, strict=True))
     assert worst <= GuardConfig().loss_rtol, (got, want)
 
 
@@ -121,7 +120,8 @@ def test_chunked_loss_matches_the_models_loss_and_gradients(name):
 def test_selective_checkpointing_keeps_resnet_batchnorm_statistics():
     workload = TINY["hf-resnet"]()
     stats = []
-    for plan in (Plan(), Plan(checkpointing=SelectiveCheckpoint(every=1)), Plan(checkpointing=CheckpointBlocks(every=1))):
+    plans = (Plan(), Plan(checkpointing=SelectiveCheckpoint(every=1)), Plan(checkpointing=CheckpointBlocks(every=1)))
+    for plan in plans:
         step = build_step(workload, plan, CPU)
         for batch in workload.iter_batches():
             step(batch)
@@ -155,7 +155,7 @@ def test_regional_compile_on_discovered_blocks(name):
     assert any("2 blocks" in d for d in step.describe())
     got = [step(b).item() for b in workload.iter_batches()]
     want = _losses(workload, Plan())
-    assert max(abs(g - w) / abs(w) for g, w in zip(got, want)) <= GuardConfig().loss_rtol
+    assert max(abs(g - w) / abs(w) for g, w in zip(got, want, strict=True)) <= GuardConfig().loss_rtol
     compiled = [m for m in step.model.modules() if m._compiled_call_impl is not None]
     assert len(compiled) == 2
 

@@ -68,7 +68,8 @@ class EncoderDecoder(nn.Module):
 def test_ambiguous_lists_candidates_and_a_name_resolves_it():
     s = discover(EncoderDecoder())
     assert s.blocks is None and s.head_path == "out"
-    with pytest.raises(StructureError, match=r"(?s)ambiguous.*encoder \(2 x Linear\), decoder \(2 x Linear\).*Tip:.*blocks="):
+    listed = r"encoder \(2 x Linear\), decoder \(2 x Linear\)"
+    with pytest.raises(StructureError, match=rf"(?s)ambiguous.*{listed}.*Tip:.*blocks="):
         s.block_items("activation checkpointing")
     assert discover(EncoderDecoder(), blocks="decoder").blocks_path == "decoder"
     with pytest.raises(StructureError, match=r"blocks='nope'.*found: encoder .*decoder"):

@@ -170,10 +170,16 @@ def test_candidates_that_cannot_apply_are_listed_and_never_measured():
     assert all(p == Plan() for p in timed)
 
 
-def test_mfu_of_baseline_and_tuned_plan_against_the_peak_of_their_matmul_dtype():
+def test_mfu_of_baseline_and_tuned_plan_against_the_peak_of_their_matmul_dtype(tmp_path, monkeypatch):
     import torch
 
+    import torchsmith.measure.peak as peak_mod
     from torchsmith.measure.peak import machine_peak_flops
+
+    # A quiet machine, whatever the real load: a peak measured under load is not cached, and the
+    # figures below must be the ones tune used.
+    monkeypatch.setenv("TORCHSMITH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(peak_mod, "_load_per_core", lambda: 0.5)
     from torchsmith.harness.run_metrics import flops_per_step, matmul_dtype
     from torchsmith.plan import BF16Params
 

@@ -29,8 +29,8 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
-from torchsmith.structure import StructureError, discover
 from torchsmith.plan import CheckpointBlocks, Checkpointing, NoCheckpointing, SelectiveCheckpoint
+from torchsmith.structure import StructureError, discover
 from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo, mark_applied
 
 _aten = torch.ops.aten
