@@ -67,10 +67,13 @@ def test_live_facts_rules():
     assert "anomaly-mode" in _rules(a, _facts(anomaly_enabled=True))
     assert "float64" in _rules(a, _facts(param_numel_by_dtype={"float64": 10}))
     assert "grad-not-set-to-none" in _rules(a, _facts(grad_checks=1, grads_zero_filled=1))
-    assert "threads" in _rules(a, _facts(threads={"intra_op": 1, "inter_op": 1, "cores": 4}))
-    oversub = _facts(loaders=[{"num_workers": 8, "dataset": "D", "pin_memory": False, "persistent_workers": False,
-                               "prefetch_factor": 2}])
-    assert "threads" in _rules(a, oversub)
+    one = {"intra_op": 1, "inter_op": 1, "cores": 4}
+    assert "threads" not in _rules(a, _facts(threads=one))  # a suspicion, not measured: no finding
+    measured = {"threads": [1, 4], "seconds": [[0.30, 0.31, 0.29], [0.10, 0.11, 0.12]]}  # 4 threads 2.73x faster
+    found = diagnose(DoctorContext(a, _facts(threads=one, thread_probe=measured), "script"))
+    assert "2.73x faster" in " ".join(next(f for f in found if f.rule == "threads").evidence)
+    noisy = {"threads": [1, 4], "seconds": [[0.30, 0.31, 0.09], [0.10, 0.11, 0.32]]}  # faster in 4 of 9 pairs
+    assert "threads" not in _rules(a, _facts(threads=one, thread_probe=noisy))
     assert "untested-compile-amp" in _rules(a, _facts(device="cuda:0"))
     assert "untested-compile-amp" in _rules(a, _facts(), mode="workload", plan=Plan())
 
