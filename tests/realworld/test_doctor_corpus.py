@@ -63,7 +63,7 @@ def _check_shares(report) -> None:
     a = report.analysis
     shares = {c: a.share(c) for c in ("data", "forward", "backward", "optimizer", "sync", "other")}
     assert report.exit_code == 0 and not report.partial
-    assert shares["forward"] > 0.05 and shares["backward"] > 0.05, shares
+    assert shares["forward"] > 0.01 and shares["backward"] > 0.01, shares  # both ran, a real share
     assert abs(sum(shares.values()) - 1.0) < 1e-6, shares
 
 

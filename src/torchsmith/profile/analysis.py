@@ -113,19 +113,23 @@ class TraceAnalysis:
         return sum(s.phases[category] for s in self.steps) / total if total > 0 else 0.0
 
 
-def analyse_trace(path: str | Path, top: int = 12) -> TraceAnalysis:
-    """Read a Chrome trace exported by ``torch.profiler`` and analyse its ``ProfilerStep`` spans."""
+def analyse_trace(path: str | Path, top: int = 12, steps: int | None = None) -> TraceAnalysis:
+    """Read a Chrome trace exported by ``torch.profiler`` and analyse its ``ProfilerStep`` spans.
+
+    ``steps``: how many of them were completed steps (the capture's count); a script that
+    crashed or was interrupted inside the window leaves one more, unfinished, which is dropped.
+    """
     t0 = time.perf_counter()
     path = Path(path)
     events = json.loads(path.read_text())["traceEvents"]
-    result = _analyse(events, top)
+    result = _analyse(events, top, steps)
     result.trace_bytes = path.stat().st_size
     result.analysis_seconds = time.perf_counter() - t0
     return result
 
 
-def _analyse(events: list[dict[str, Any]], top: int) -> TraceAnalysis:
-    spans = _step_spans(events)
+def _analyse(events: list[dict[str, Any]], top: int, steps: int | None = None) -> TraceAnalysis:
+    spans = _step_spans(events, steps)
     host = _host_events(events, spans[0]["tid"])
     kernels = [e for e in events if e.get("ph") == "X" and "dur" in e and e.get("cat") == "kernel"]
     out = TraceAnalysis(steps=[], device="cuda" if kernels else "cpu")
@@ -146,9 +150,9 @@ def _analyse(events: list[dict[str, Any]], top: int) -> TraceAnalysis:
     return out
 
 
-def _step_spans(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _step_spans(events: list[dict[str, Any]], steps: int | None) -> list[dict[str, Any]]:
     spans = sorted((e for e in events if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#")),
-                   key=lambda e: e["ts"])
+                   key=lambda e: e["ts"])[:steps]
     if not spans:
         raise ValueError("the trace holds no ProfilerStep spans: no training step was recorded.\n"
                          "Tip: the script must call optimizer.step() at least --steps + 3 times.")

@@ -76,7 +76,7 @@ class DoctorReport:
     @property
     def partial(self) -> bool:
         """Fewer steps were recorded than the window asked for (the script ended inside it)."""
-        return len(self.analysis.steps) < int(self.facts.config.get("active", 0))
+        return self.facts.steps_recorded < int(self.facts.config.get("active", 0))
 
     @property
     def crashed(self) -> bool:
@@ -124,7 +124,7 @@ def doctor_script(command: list[str], cfg: CaptureConfig | None = None, *,
             err.exit_code = code
             raise err
         facts = Facts.from_json(facts_path.read_text())
-        if not (Path(tmp) / "trace.json").exists():
+        if not (Path(tmp) / "trace.json").exists() or (not facts.window_done and not facts.steps_recorded):
             err = DoctorError(
                 f"`{shown}` ran {facts.steps_seen} optimizer steps and exited (code {code}) before the "
                 f"profiled window; the window needs {cfg.steps_needed} (1 first step + {cfg.wait} wait + "
@@ -221,7 +221,7 @@ def _report(target: str, mode: str, facts: Facts, tmp: Path, trace: str | os.Pat
     cfg = CaptureConfig(**{k: v for k, v in facts.config.items() if k in CaptureConfig.__dataclass_fields__})
     if plan is not None:
         facts.config["plan"] = plan.to_dict()
-    analysis = analyse_trace(tmp / "trace.json")
+    analysis = analyse_trace(tmp / "trace.json", steps=None if facts.window_done else facts.steps_recorded)
     ctx = DoctorContext(analysis, facts, mode, plan, target if mode == "workload" else "mymod:workload")  # type: ignore[arg-type]
     kept, note = keep_trace(tmp / "trace.json", trace, cfg, len(analysis.steps))
     return DoctorReport(target, mode, analysis, facts, diagnose(ctx), ctx.memory(), kept, note)
