@@ -169,6 +169,17 @@ def _run_child(command: list[str], env: dict[str, str]) -> tuple[int, bool]:
     return code, bool(interrupted_at) or code == -signal.SIGINT
 
 
+def report_capture(capture: StepCapture, target: str, *, trace: str | os.PathLike | None = None) -> DoctorReport:
+    """Diagnose a window captured in this process (a framework callback's), once ``capture.finish()`` ran."""
+    facts, cfg = capture.facts, capture.cfg
+    if not capture.trace_path.exists() or (not facts.window_done and not facts.steps_recorded):
+        raise DoctorError(
+            f"the run made {facts.steps_seen} optimizer steps; the doctor window needs {cfg.steps_needed} "
+            f"(1 first + {cfg.wait} wait + {cfg.warmup} warmup + {cfg.active} recorded).\n"
+            "Tip: train for more steps, or give the callback a smaller window: capture=CaptureConfig(active=1).")
+    return _report(target, "script", facts, capture.out_dir, trace)
+
+
 def verify(workload: Workload, report: DoctorReport, *, steps: int = 6, device: str | None = None,
            on_step=None) -> list[Verification]:
     """Measure each knob-mapped fix against the baseline, interleaved in one process."""
