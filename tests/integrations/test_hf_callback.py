@@ -10,8 +10,8 @@ from torch.utils.data import Dataset
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
-from torchsmith.integrations import TorchsmithTrainerCallback  # noqa: E402
-from torchsmith.profile.capture import CaptureConfig  # noqa: E402
+from torchsmith.integrations import TorchsmithTrainerCallback
+from torchsmith.profile.capture import CaptureConfig
 
 
 class Tokens(Dataset):

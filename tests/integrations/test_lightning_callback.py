@@ -11,9 +11,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 L = pytest.importorskip("lightning")
 
-from torchsmith.debug.nan_sentinel import NonFiniteError  # noqa: E402
-from torchsmith.integrations import TorchsmithCallback  # noqa: E402
-from torchsmith.profile.capture import CaptureConfig  # noqa: E402
+from torchsmith.debug.nan_sentinel import NonFiniteError
+from torchsmith.integrations import TorchsmithCallback
+from torchsmith.profile.capture import CaptureConfig
 
 WINDOW = CaptureConfig(active=2, probe_threads=False)  # 5 optimizer steps
 
@@ -68,7 +68,7 @@ def test_raise_names_the_parent_module_whose_code_made_the_nan():
 def test_skip_step_leaves_the_parameters_untouched_on_the_bad_step():
     torch.manual_seed(0)
     model = LitNet(nan_at=2)
-    cb, trainer = _fit(model, 6, nonfinite="skip_step", doctor=False)
+    cb, _ = _fit(model, 6, nonfinite="skip_step", doctor=False)
     assert cb.report.skipped_steps == 1 and cb.report.nan_findings[0].module == ""
     assert all(torch.isfinite(p).all() for p in model.parameters())
 

@@ -22,7 +22,6 @@ import logging
 import shutil
 import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
 import torch

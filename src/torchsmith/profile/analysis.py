@@ -23,8 +23,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torchsmith.profile.phases import CATEGORIES, ENGINE as _WRAPPER, StepTimeline, attribute, end as _end
-from torchsmith.profile.phases import inside as _inside, optimizer_shares, timeline
+from torchsmith.profile.phases import (
+    CATEGORIES,
+    StepTimeline,
+    attribute,
+    optimizer_shares,
+    timeline,
+)
+from torchsmith.profile.phases import ENGINE as _WRAPPER
+from torchsmith.profile.phases import end as _end
+from torchsmith.profile.phases import inside as _inside
+
+__all__ = ["CATEGORIES", "OpStat", "Site", "StepBreakdown", "TraceAnalysis", "analyse_trace"]
 
 _FRAME = re.compile(r"^(?P<file>.+?\.py)\((?P<line>\d+)\): (?P<func>.+)$")
 SMALL_OP_US = {"cpu": 20.0, "cuda": 10.0}

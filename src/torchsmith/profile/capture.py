@@ -22,12 +22,11 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import signal
 import time
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -36,6 +35,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 
 from torchsmith.measure.memory import memory_split
 from torchsmith.measure.quiet import native_stderr_silenced
+from torchsmith.profile.facts import Facts, usable_cores
 from torchsmith.profile.phases import OPTIMIZER_LABEL
 from torchsmith.profile.thread_probe import PROBE_STEPS, ThreadProbe, suspect_threads
 
@@ -79,74 +79,6 @@ class CaptureConfig:
     def steps_needed(self) -> int:
         """Optimizer steps the script must run to fill the window (the first, unprofiled, included)."""
         return 1 + self.wait + self.warmup + self.active
-
-
-@dataclass
-class Facts:
-    """What the hooks saw on live objects. Plain data: it crosses from the script's process as JSON."""
-
-    steps_seen: int = 0
-    """Optimizer steps seen while hooked (hooks go once the window is done)."""
-    steps_recorded: int = 0
-    window_done: bool = False
-    stopped: bool = False
-    device: str = "cpu"
-    model: str = ""
-    param_numel_by_dtype: dict[str, int] = field(default_factory=dict)
-    optimizers: list[dict[str, Any]] = field(default_factory=list)
-    loaders: list[dict[str, Any]] = field(default_factory=list)
-    anomaly_enabled: bool = False
-    autocast_enabled: bool = False
-    grad_checks: int = 0
-    """Forward starts (outside the recorded window) where the gradients were inspected."""
-    grads_zero_filled: int = 0
-    """Of those, how many found existing ``.grad`` tensors that were all zeros."""
-    zero_filled_grad_bytes: int = 0
-    memory: dict[str, int] = field(default_factory=dict)
-    """params / grads / optimizer_state bytes (measure.memory.memory_split at an optimizer step)."""
-    unprofiled_step_seconds: list[float] = field(default_factory=list)
-    """Wall time of the wait steps (hooked, not traced): the step time without profiler overhead."""
-    live_bytes: int = 0
-    """Persistent state bytes (params, grads, optimizer state) at a step boundary: the CPU peak baseline."""
-    cuda_peak_bytes: int | None = None
-    threads: dict[str, int] = field(default_factory=dict)
-    thread_probe: dict[str, Any] = field(default_factory=dict)
-    """Step seconds at the current and at a suspected thread count (thread_probe.ThreadProbe.result)."""
-    config: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self))
-
-    @classmethod
-    def from_json(cls, text: str) -> "Facts":
-        return cls(**json.loads(text))
-
-
-def usable_cores() -> int:
-    """Physical cores this process may run on (PyTorch's default intra-op thread count).
-
-    Hyper-threads share a core's execution units, so they are not counted: two threads on
-    one core's two hyper-threads rarely beat one for matmuls.
-    """
-    try:
-        cpus = os.sched_getaffinity(0)
-    except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
-    cores = set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            info: dict[str, str] = {}
-            for line in f:
-                key, _, value = line.partition(":")
-                info[key.strip()] = value.strip()
-                if not line.strip():
-                    cpu = int(info.get("processor", -1))
-                    if cpu in cpus:
-                        cores.add((info.get("physical id"), info.get("core id", cpu)))
-                    info = {}
-    except OSError:
-        pass
-    return max(1, min(len(cpus), len(cores) or len(cpus)))
 
 
 class StepCapture:
