@@ -24,7 +24,8 @@ from torchsmith.profile.doctor import doctor_script
 HERE = Path(__file__).parent
 SRC = HERE.parent.parent / "src"
 STEPS = 18
-"""1 first + 1 wait + 1 warm-up + 2 recorded steps, then up to 12 thread-probe steps, and one spare."""
+"""1 first + 1 wait + 1 warm-up + 3 recorded steps (a median of 3 is not moved by one stalled
+step), then up to 12 thread-probe steps."""
 
 PLANTED = {
     "plain_loop": "float64",
@@ -50,7 +51,7 @@ def _doctor(name: str, planted: bool):
     if name in NEEDS:
         pytest.importorskip(NEEDS[name])
     command = [sys.executable, str(HERE / "scripts" / f"{name}.py"), "--steps", str(STEPS)]
-    return doctor_script(command + (["--planted"] if planted else []), CaptureConfig(active=2), env=_env())
+    return doctor_script(command + (["--planted"] if planted else []), CaptureConfig(active=3), env=_env())
 
 
 def _idle_cores_of_this_test(finding) -> bool:
@@ -78,7 +79,7 @@ def test_clean_version_has_plausible_phases_and_no_finding(name):
     if name == "lightning_cnn":  # forward and backward run inside optimizer.step(closure)
         assert a.share("forward") + a.share("backward") >= 0.8, [s.phases for s in a.steps]
     if name == "gan":  # one cycle of the loop is one step; each optimizer's share is shown
-        assert len(a.steps) == 2 and set(a.optimizer_shares()) == {"#1 Adam", "#2 Adam"}
+        assert len(a.steps) == 3 and set(a.optimizer_shares()) == {"#1 Adam", "#2 Adam"}
         assert all(v > 0 for v in a.optimizer_shares().values())
     if name == "lbfgs":  # several closure calls per step: each forward and backward counted
         assert a.share("optimizer") < a.share("forward") + a.share("backward")

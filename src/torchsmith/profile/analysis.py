@@ -117,6 +117,12 @@ class TraceAnalysis:
                 out[label] = out.get(label, 0.0) + sec
         return {label: sec / total for label, sec in out.items()} if total > 0 else out
 
+    def median_share(self, category: str) -> float:
+        """Median over the recorded steps of the step's fraction in ``category``: one step stalled by
+        the machine (a page fault, another process) does not decide it."""
+        return statistics.median(s.phases[category] / s.seconds if s.seconds > 0 else 0.0
+                                 for s in self.steps) if self.steps else 0.0
+
     def share(self, category: str) -> float:
         """Fraction of all recorded step time spent in ``category``."""
         total = sum(s.seconds for s in self.steps)

@@ -121,7 +121,7 @@ def _ms(seconds: float) -> str:
 @rule("data-bound", "data wait over 10% of the step")
 def data_bound(ctx: DoctorContext) -> Finding | None:
     a = ctx.analysis
-    share = a.share("data")
+    share = a.median_share("data")
     if share <= 0.10:
         return None
     evidence = [f"data wait {_ms(a.seconds('data'))} of a {_ms(a.step_seconds)} step "

@@ -10,7 +10,7 @@ import time
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=20)
@@ -28,14 +28,17 @@ class Samples(Dataset):
     def __len__(self) -> int:
         return len(self.x)
 
-    def __getitem__(self, i):
+    def __getitem__(self, i):  # i: the indices of one micro-batch
         if self.slow:
-            time.sleep(0.001)  # parsing one record, as from a CSV line
+            time.sleep(0.001 * len(i))  # parsing each record, as from CSV lines
         return self.x[i], self.y[i]
 
 
 torch.manual_seed(0)
-loader = DataLoader(Samples(8192, args.planted), batch_size=32, shuffle=True, num_workers=0)
+data = Samples(8192, args.planted)
+# One __getitem__ per micro-batch (a list of indices), not 32 per-sample reads and a collate.
+loader = DataLoader(data, sampler=BatchSampler(RandomSampler(data), batch_size=32, drop_last=True), batch_size=None,
+                    num_workers=0)
 model = nn.Sequential(nn.Linear(256, 1024), nn.GELU(), nn.Linear(1024, 1024), nn.GELU(), nn.Linear(1024, 1))
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
 
