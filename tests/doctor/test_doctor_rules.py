@@ -51,13 +51,14 @@ def test_sync_fires_only_when_most_steps_sync():
 
 
 def test_optimizer_rule_reads_flags_and_the_trace():
-    opt = {"name": "AdamW", "params": 8, "device": "cpu", "foreach": [False], "fused": [None],
+    opt = {"name": "AdamW", "params": 20, "device": "cpu", "foreach": [False], "fused": [None],
            "supports_foreach": True, "supports_fused": True}
     a = _analysis(optimizer=0.3, forward=0.3)
     a.optimizer_ops_per_step = 80
     f = diagnose(DoctorContext(a, _facts(optimizers=[opt]), "workload", Plan()))
     finding = next(x for x in f if x.rule == "single-tensor-optimizer")
     assert finding.verify_plan.optimizer.impl == "foreach"
+    assert "single-tensor-optimizer" not in _rules(a, _facts(optimizers=[{**opt, "params": 6}]))  # a handful: no gain
     a.foreach_ops_per_step = 5  # the trace shows multi-tensor kernels: the flags lied, trust the trace
     assert "single-tensor-optimizer" not in _rules(a, _facts(optimizers=[opt]))
 

@@ -32,6 +32,9 @@ SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 MIB = 1 << 20
 MIN_OPTIMIZER_SHARE = 0.05
 """Below this share of the step, a per-tensor optimizer loop is not worth a finding."""
+MIN_OPTIMIZER_TENSORS = 16
+"""A per-tensor loop costs a few dispatches per tensor: over a handful of tensors (a small CNN's 6)
+foreach saves next to nothing, and the profiler's per-op overhead would make it look bigger."""
 
 
 @dataclass(frozen=True)
@@ -205,7 +208,8 @@ def grad_not_set_to_none(ctx: DoctorContext) -> Finding | None:
 @rule("single-tensor-optimizer", "optimizer runs a per-parameter loop where foreach/fused exist")
 def single_tensor_optimizer(ctx: DoctorContext) -> Finding | None:
     a = ctx.analysis
-    slow = [o for o in ctx.facts.optimizers if o["supports_foreach"] and not any(o["foreach"]) and not any(o["fused"])]
+    slow = [o for o in ctx.facts.optimizers if o["supports_foreach"] and not any(o["foreach"]) and not any(o["fused"])
+            and o["params"] >= MIN_OPTIMIZER_TENSORS]
     share = a.share("optimizer")
     if not slow or a.foreach_ops_per_step > 0 or a.optimizer_ops_per_step == 0 or share < MIN_OPTIMIZER_SHARE:
         return None
