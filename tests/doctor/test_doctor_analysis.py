@@ -146,3 +146,22 @@ def test_a_cpu_item_is_no_device_sync(tmp_path):
               _x("aten::item", 10, 5), _x("aten::_local_scalar_dense", 11, 3)]
     a = analyse_trace(_write(tmp_path, events))
     assert a.steps_with_sync == 0 and a.seconds("sync") == 0.0
+
+
+def test_a_custom_optimizers_own_step_and_helpers_stay_optimizer(tmp_path):
+    """An optimizer outside torch/ (its step and helpers are non-torch frames) calling a closure:
+    only the closure frame, which ran forward and backward, leaves the optimizer phase."""
+    py = {"cat": "python_function"}
+    events = [
+        _x("ProfilerStep#1", 0, 1000, cat="user_annotation"),
+        _x("Optimizer.step#MyOpt.step", 0, 1000, cat="user_annotation"),
+        _x("myopt.py(10): step", 5, 990, **py),
+        _x("train.py(30): closure", 10, 500, **py),
+        _x("nn.Module: Net_0", 20, 200, **py),
+        _x("torch/_tensor.py(570): backward", 250, 200, **py),
+        _x("myopt.py(40): _update", 600, 300, **py),
+    ]
+    a = analyse_trace(_write(tmp_path, events))
+    assert a.seconds("forward") == pytest.approx(200e-6) and a.seconds("backward") == pytest.approx(200e-6)
+    assert a.seconds("other") == pytest.approx(100e-6)  # the closure's own 10-20, 220-250, 450-510
+    assert a.seconds("optimizer") == pytest.approx(500e-6)  # 0-10, 510-1000: the update and its helper

@@ -12,8 +12,9 @@ steps two optimizers per cycle. So a phase is the work itself:
   a loss module); without Python frames in the trace, the compute ops outside the optimizer;
 - ``data``: the measured wait for the next batch (DataLoader ``__next__`` spans), nothing guessed;
 - ``optimizer``: ``Optimizer.step`` and ``Optimizer.zero_grad`` spans, less the closure they
-  ran: the outermost frames of code outside ``torch/`` inside them (Lightning's training step,
-  an LBFGS closure), whose forward and backward count as such and whose bookkeeping is other;
+  ran: frames of code outside ``torch/`` inside them that ran forward or backward (Lightning's
+  training step, an LBFGS closure), whose forward and backward count as such and whose
+  bookkeeping is other;
 - ``other``: the rest.
 
 Where spans overlap, the first category in ``PRIORITY`` wins.
@@ -87,7 +88,7 @@ def timeline(s0: float, s1: float, events: list[dict[str, Any]]) -> StepTimeline
     forward = _forward_spans(events, optim)
     data = [(e["ts"], end(e)) for e in events if e["name"].startswith("enumerate(DataLoader)")]
     syncs = _device_syncs(events, optim, forward + back)
-    closures = _closure_spans(events, optim)
+    closures = _closure_spans(events, optim, forward + back)
     labels: dict[str, list[Interval]] = {}
     for e in events:
         if e["name"].startswith(OPTIMIZER_LABEL):
@@ -117,11 +118,17 @@ def _forward_spans(events: list[dict[str, Any]], optim: list[Interval]) -> list[
                   if e.get("cat") == "cpu_op" and not e["name"].startswith(ENGINE) and not inside(e, optim)])
 
 
-def _closure_spans(events: list[dict[str, Any]], optim: list[Interval]) -> list[Interval]:
-    """Code the optimizer called back into: the outermost non-torch Python frames inside its spans."""
+def _closure_spans(events: list[dict[str, Any]], optim: list[Interval], compute: list[Interval]) -> list[Interval]:
+    """Code the optimizer called back into: Python frames outside ``torch/`` inside its spans that ran
+    forward or backward work (Lightning's wrapped training step, an LBFGS closure).
+
+    A frame named ``step`` is the optimizer's own (a custom optimizer outside ``torch/``), and a
+    helper without forward or backward under it is part of the update: both stay optimizer.
+    """
     frames = [(e["ts"], end(e)) for e in events if e.get("cat") == "python_function" and inside(e, optim)
-              and not e["name"].startswith(("torch/", "nn.Module: ", "<built-in", "<")) and ".py(" in e["name"]]
-    return merge(frames)
+              and not e["name"].startswith(("torch/", "nn.Module: ", "<")) and ".py(" in e["name"]
+              and not e["name"].endswith(": step")]
+    return merge([(a, b) for a, b in frames if any(a <= c < b for c, _ in compute)])
 
 
 def _device_syncs(events: list[dict[str, Any]], optim: list[Interval], compute: list[Interval]) -> list[dict[str, Any]]:
