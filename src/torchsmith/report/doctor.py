@@ -88,7 +88,7 @@ def render_doctor(report: DoctorReport, console: Console) -> None:
         share = a.share(c)
         table.add_row(c, fmt_seconds(a.seconds(c)), f"{share:.0%}", f"[{COLORS[c]}]" + "█" * round(share * 30) + "[/]")
         if c == "optimizer" and len(shares := a.optimizer_shares()) > 1:
-            for label, sh in shares.items():
+            for label, sh in sorted(shares.items()):
                 table.add_row(f"  {escape(label)}", "", f"{sh:.0%}", "")
     console.print(table)
     ops = Table(title="top operators by self time")
