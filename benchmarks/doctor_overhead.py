@@ -29,8 +29,9 @@ from torchsmith.workload import load_workload
 
 ACTIVE = 3
 VARIANTS = {
-    "full": CaptureConfig(wait=1, warmup=1, active=ACTIVE),
-    "light": CaptureConfig(wait=1, warmup=1, active=ACTIVE, with_stack=False, record_shapes=False, profile_memory=False),
+    "full": CaptureConfig(wait=1, warmup=1, active=ACTIVE, probe_threads=False),  # rounds must keep their threads
+    "light": CaptureConfig(wait=1, warmup=1, active=ACTIVE, with_stack=False, record_shapes=False, profile_memory=False,
+                           probe_threads=False),
 }
 
 

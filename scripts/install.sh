@@ -37,5 +37,5 @@ if ! usable_torch "$PY"; then
 fi
 TORCH_VERSION=$("$PY" -c "import torch; print(torch.__version__)")
 echo "torch==${TORCH_VERSION}" > "$VENV/constraints.txt"
-"$PY" -m pip install -q -c "$VENV/constraints.txt" -e ".[dev,etcd,hf]"
+"$PY" -m pip install -q -c "$VENV/constraints.txt" -e ".[dev,etcd,lightning,hf]"
 echo "install: torchsmith installed in $VENV with torch $TORCH_VERSION"

@@ -101,3 +101,46 @@ def test_debug_graph_json(tmp_path):
     data = json.loads(out.output)
     assert data["tracer"] == "torch.fx.symbolic_trace"
     assert data["total_flops"] == 2 * 16 * (4 * 8 + 8 * 1)
+
+
+PARENT_CODE = '''
+import torch, torchsmith
+import torch.nn.functional as F
+from torch import nn
+
+class LogBetween(nn.Module):
+    """Its own forward code makes a NaN (log of a negative number) between two children, on its
+    third call only: Python state, so the op-level re-run of that step does not reproduce it."""
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 1)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        h = self.a(x)
+        if self.calls == 3:
+            h = torch.log(h - 100.0)
+        return self.b(h)
+
+def workload():
+    torch.manual_seed(0)
+    xs = torch.randn(64, 8)
+    batches = [(xs[i:i + 16], xs[i:i + 16].sum(1, keepdim=True)) for i in range(0, 64, 16)]
+    return torchsmith.Workload(model=lambda: nn.Sequential(nn.Linear(8, 8), LogBetween()), batches=batches,
+                               loss=lambda m, b: F.mse_loss(m(b[0]), b[1]),
+                               optimizer=lambda p: torch.optim.SGD(p, lr=0.01), name="parent-code")
+'''
+
+
+def test_debug_nan_names_the_parent_whose_own_code_made_the_nan(tmp_path):
+    path = tmp_path / "parent_code.py"
+    path.write_text(PARENT_CODE)
+    out = runner.invoke(app, ["debug", "nan", f"{path}:workload", "--steps", "5", "--device", "cpu", "--json"])
+    assert out.exit_code == 1, out.output
+    f = json.loads(out.output)["finding"]
+    assert f["module"] == "1" and f["own_code"] and f["step"] == 3
+    assert f["last_finite_child"] == "1.a" and f["first_nonfinite_child"] == "1.b"
+    assert f["reproduced"] is False and f["op"] is None
+    text = runner.invoke(app, ["debug", "nan", f"{path}:workload", "--steps", "5", "--device", "cpu"])
+    assert "1 (its own forward code)" in text.output and "did not reproduce" in text.output

@@ -184,3 +184,41 @@ def test_gradient_check_sees_the_optimizers_fp32_masters_under_bf16_parameters()
         step(torch.randn(5, 6))
     assert step.parts.nonfinite.skipped == 1
     assert all(torch.equal(a, p) for a, p in zip(masters, (p for g in opt.param_groups for p in g["params"])))
+
+
+class _LogBetween(nn.Module):
+    """A parent whose own forward code makes the NaN: log of a negative number between two children."""
+
+    def __init__(self, only_first_call: bool = False):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 8), nn.Linear(8, 2)
+        self.only_first_call, self.calls = only_first_call, 0
+
+    def forward(self, x):
+        self.calls += 1
+        h = self.a(x)
+        if not self.only_first_call or self.calls == 1:  # Python state: a replay takes the other branch
+            h = torch.log(h - 100.0)
+        return self.b(h)
+
+
+def _parent_model(only_first_call: bool = False) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 4), _LogBetween(only_first_call))
+
+
+def test_a_nan_born_in_the_parents_own_code_names_the_parent_and_its_children():
+    model = _parent_model()
+    found = NaNSentinel(model).watch(lambda: model(torch.randn(3, 4)).sum().backward())
+    assert found.module == "1" and found.op == "aten.log.default" and found.inputs_finite is True
+    assert found.own_code and found.last_finite_child == "1.a" and found.first_nonfinite_child == "1.b"
+    assert found.reproduced is True
+    assert "born in 1's own forward code, after child 1.a" in found.describe()
+
+
+def test_a_nan_the_rerun_does_not_reproduce_keeps_the_cheap_finding_and_says_so():
+    model = _parent_model(only_first_call=True)
+    found = NaNSentinel(model).watch(lambda: model(torch.randn(3, 4)).sum().backward())
+    assert found.module == "1" and found.op is None  # module level: the parent, not child 1.b
+    assert found.own_code and found.last_finite_child == "1.a" and found.first_nonfinite_child == "1.b"
+    assert found.reproduced is False and "did not reproduce" in found.describe()

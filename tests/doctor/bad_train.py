@@ -38,7 +38,8 @@ def main() -> int:
     parser.add_argument("--exit-code", type=int, default=0)
     args = parser.parse_args()
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 1))
+    # 9 layers, 18 parameter tensors: enough for a per-tensor optimizer loop to cost something.
+    model = nn.Sequential(*[m for _ in range(8) for m in (nn.Linear(512, 512), nn.ReLU())], nn.Linear(512, 1))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)  # problem 4
     loader = DataLoader(SlowDataset(), batch_size=64, shuffle=True, num_workers=0)  # problem 1
     step = 0

@@ -18,7 +18,8 @@ def main() -> int:
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
     xs, ys = torch.randn(4096, 512, generator=g), torch.randn(4096, 1, generator=g)
-    model = nn.Sequential(nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 1))
+    # 9 layers, 18 parameter tensors: enough for a per-tensor optimizer loop to cost something.
+    model = nn.Sequential(*[m for _ in range(8) for m in (nn.Linear(512, 512), nn.ReLU())], nn.Linear(512, 1))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
     running = torch.zeros(())
     for step in range(args.steps):

@@ -69,3 +69,25 @@ def test_compiled_regions_are_seen_and_hooks_do_not_break_compile(tmp_path):
             opt.step()
     assert cap.facts.window_done
     assert analyse_trace(cap.trace_path).compiled_regions >= 2  # one per recorded step
+
+
+def test_two_optimizers_make_one_step_per_loop_cycle_each_with_its_share(tmp_path):
+    from torchsmith.profile.analysis import analyse_trace
+
+    torch.manual_seed(0)
+    g, d = nn.Linear(8, 8), nn.Linear(8, 1)
+    opt_d, opt_g = (torch.optim.Adam(m.parameters(), foreach=True) for m in (d, g))
+    cfg = CaptureConfig(wait=1, warmup=1, active=2, probe_threads=False)
+    with StepCapture(cfg, tmp_path) as cap:
+        for _ in range(cfg.steps_needed):  # one cycle: a D step, then a G step
+            x = torch.randn(4, 8)
+            d(g(x).detach()).mean().backward()
+            opt_d.step()
+            opt_d.zero_grad()
+            d(g(x)).mean().backward()
+            opt_g.step()
+            opt_g.zero_grad()
+    assert cap.facts.window_done and cap.facts.steps_seen == cfg.steps_needed  # cycles, not optimizer steps
+    a = analyse_trace(cap.trace_path)
+    assert len(a.steps) == 2 and set(a.optimizer_shares()) == {"#1 Adam", "#2 Adam"}
+    assert a.share("forward") > 0 and a.share("backward") > 0

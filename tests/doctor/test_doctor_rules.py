@@ -51,13 +51,14 @@ def test_sync_fires_only_when_most_steps_sync():
 
 
 def test_optimizer_rule_reads_flags_and_the_trace():
-    opt = {"name": "AdamW", "params": 8, "device": "cpu", "foreach": [False], "fused": [None],
+    opt = {"name": "AdamW", "params": 20, "device": "cpu", "foreach": [False], "fused": [None],
            "supports_foreach": True, "supports_fused": True}
     a = _analysis(optimizer=0.3, forward=0.3)
     a.optimizer_ops_per_step = 80
     f = diagnose(DoctorContext(a, _facts(optimizers=[opt]), "workload", Plan()))
     finding = next(x for x in f if x.rule == "single-tensor-optimizer")
     assert finding.verify_plan.optimizer.impl == "foreach"
+    assert "single-tensor-optimizer" not in _rules(a, _facts(optimizers=[{**opt, "params": 6}]))  # a handful: no gain
     a.foreach_ops_per_step = 5  # the trace shows multi-tensor kernels: the flags lied, trust the trace
     assert "single-tensor-optimizer" not in _rules(a, _facts(optimizers=[opt]))
 
@@ -67,10 +68,13 @@ def test_live_facts_rules():
     assert "anomaly-mode" in _rules(a, _facts(anomaly_enabled=True))
     assert "float64" in _rules(a, _facts(param_numel_by_dtype={"float64": 10}))
     assert "grad-not-set-to-none" in _rules(a, _facts(grad_checks=1, grads_zero_filled=1))
-    assert "threads" in _rules(a, _facts(threads={"intra_op": 1, "inter_op": 1, "cores": 4}))
-    oversub = _facts(loaders=[{"num_workers": 8, "dataset": "D", "pin_memory": False, "persistent_workers": False,
-                               "prefetch_factor": 2}])
-    assert "threads" in _rules(a, oversub)
+    one = {"intra_op": 1, "inter_op": 1, "cores": 4}
+    assert "threads" not in _rules(a, _facts(threads=one))  # a suspicion, not measured: no finding
+    measured = {"threads": [1, 4], "seconds": [[0.30, 0.31, 0.29], [0.10, 0.11, 0.12]]}  # 4 threads 2.73x faster
+    found = diagnose(DoctorContext(a, _facts(threads=one, thread_probe=measured), "script"))
+    assert "2.73x faster" in " ".join(next(f for f in found if f.rule == "threads").evidence)
+    noisy = {"threads": [1, 4], "seconds": [[0.30, 0.31, 0.09], [0.10, 0.11, 0.32]]}  # faster in 4 of 9 pairs
+    assert "threads" not in _rules(a, _facts(threads=one, thread_probe=noisy))
     assert "untested-compile-amp" in _rules(a, _facts(device="cuda:0"))
     assert "untested-compile-amp" in _rules(a, _facts(), mode="workload", plan=Plan())
 

@@ -161,7 +161,7 @@ def test_regional_compile_on_discovered_blocks(name):
 
 
 def test_split_batch_splits_every_tensor_of_a_dict_and_keeps_the_rest():
-    from torchsmith.engine.step import split_batch
+    from torchsmith.batch import split_batch
 
     batch = {"task": "lm", "input_ids": torch.arange(12).view(6, 2), "labels": torch.arange(12).view(6, 2)}
     parts = split_batch(batch, 3)

@@ -22,6 +22,8 @@ def doctor_command(
     verify: bool = typer.Option(False, "--verify", help="Workloads: re-measure each fix that maps to a plan knob."),
     stop_after: bool = typer.Option(False, "--stop-after", help="Scripts: stop the script once the window is recorded."),
     max_trace_mb: float = typer.Option(200.0, "--max-trace-mb", min=1.0, help="Cap on the kept trace file."),
+    probe_threads: bool = typer.Option(True, "--probe-threads/--no-probe-threads",
+                                       help="CPU: after the window, time up to 12 more steps at suspected thread counts."),
     device: str = typer.Option("auto", "--device", help="Workloads: cpu, cuda, cuda:1 or auto."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON instead of tables."),
 ) -> None:
@@ -41,7 +43,7 @@ def doctor_command(
     # One word that names a workload is a workload; anything else is the command to run.
     is_script = len(args) > 1 or (len(args) == 1 and args[0] not in BUILTIN_WORKLOADS and ":" not in args[0])
     with user_errors():
-        cfg = CaptureConfig(active=steps, stop_after=stop_after, max_trace_mb=max_trace_mb)
+        cfg = CaptureConfig(active=steps, stop_after=stop_after, max_trace_mb=max_trace_mb, probe_threads=probe_threads)
         if is_script:
             if verify:
                 raise ValueError("--verify re-runs a workload with a fix applied; it cannot edit a script.\n"

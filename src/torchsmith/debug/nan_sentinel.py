@@ -4,7 +4,9 @@ Two levels, so that watching costs little and finding costs only when needed:
 
 - **cheap** (every step): forward hooks put one ``output.sum()`` per module into a list of
   device scalars (a NaN or Inf anywhere makes the sum non-finite; one reduction pass is ~4x
-  cheaper than ``isfinite(output).all()``); after backward, one ``_foreach_norm`` over the
+  cheaper than ``isfinite(output).all()``), and one ``input.sum()`` where a module's input is
+  not the previous module's output (it came from the parent's own code: a value born there is
+  told apart from one born in the module); after backward, one ``_foreach_norm`` over the
   gradients. All is read with **one host-device sync per step** (``check``).
 - **op-level** (only after a non-finite value was seen): the step is re-run with the same
   inputs and RNG state under a ``TorchDispatchMode`` that checks every op's output, forward
@@ -29,7 +31,8 @@ Example::
 from __future__ import annotations
 
 import warnings
-from dataclasses import asdict, dataclass, field
+import weakref
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
 
 import torch
@@ -68,6 +71,16 @@ class Finding:
     autograd_node: str | None = None
     """In backward: the autograd node that ran the op, e.g. ``MyFnBackward``."""
     step: int | None = None
+    own_code: bool = False
+    """True: the value was born in ``module``'s own forward code, between two of its children
+    (the first non-finite child output had non-finite inputs, while ``module``'s were finite)."""
+    last_finite_child: str | None = None
+    """With ``own_code``: the last child of ``module`` whose output was finite (None: none ran before)."""
+    first_nonfinite_child: str | None = None
+    """With ``own_code``: the first child whose output was non-finite; its inputs already were."""
+    reproduced: bool | None = None
+    """False: the op-level re-run of the step found no non-finite value (the forward depends on
+    state the replay does not restore), so this is the module-level finding; None: no re-run."""
 
     def describe(self) -> str:
         where = self.module if self.module else "the root module"
@@ -76,8 +89,16 @@ class Finding:
         step = f" at step {self.step}" if self.step is not None else ""
         inputs = {True: "its inputs were finite", False: "its inputs were already non-finite",
                   None: "inputs not checked"}[self.inputs_finite]
-        return (f"first {self.kind.upper()} in {self.pass_}{step}: module {where}{op}{node}; "
+        text = (f"first {self.kind.upper()} in {self.pass_}{step}: module {where}{op}{node}; "
                 f"inputs {self.input_shapes} -> outputs {self.output_shapes}; {inputs}")
+        if self.own_code:
+            before = f"after child {self.last_finite_child} (finite output)" if self.last_finite_child else "before any child"
+            text += (f"; born in {where}'s own forward code, {before} and before child "
+                     f"{self.first_nonfinite_child} (whose inputs were already non-finite)")
+        if self.reproduced is False:
+            text += ("; the op-level re-run did not reproduce it (the forward depends on state the replay does not "
+                     "restore), so no op is named")
+        return text
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -244,21 +265,42 @@ class NaNSentinel:
     def __init__(self, model: nn.Module):
         self.model = model
         self.step = 0
-        self._order: list[str] = []
         self._flags: list[torch.Tensor] = []
-        self._last_out: int | None = None
+        self._order: list[tuple[str, int, int | None]] = []  # (module, its output's flag, its input's flag)
+        self._outputs: dict[int, tuple[Any, int]] = {}  # id(output) -> (weakref, flag index), this step
+        self._last_out: Any = None  # weakref to the last flagged output
         self._handles = [m.register_forward_hook(self._check_output(clean_name(n))) for n, m in model.named_modules()]
 
     def _check_output(self, name: str) -> Callable:
         def hook(module: nn.Module, args: Any, output: Any) -> None:
             outs = _float_tensors(output)
-            if not outs or id(outs[0]) == self._last_out:  # a container returning its child's output
+            # A container returning its child's output: already flagged. A weak reference, not an
+            # id(): a freed output's id is reused by the next one (same address), which an id
+            # comparison took for the same tensor.
+            if not outs or (self._last_out is not None and self._last_out() is outs[0]):
                 return
-            self._last_out = id(outs[0])
-            self._order.append(name)
+            self._last_out = weakref.ref(outs[0])
+            inp = self._input_flag(_float_tensors(args))  # before the output's flag: it may add one
+            self._order.append((name, len(self._flags), inp))
             # fp32 accumulation: a half-precision sum would overflow on finite values. No sync.
             self._flags.append(sum(t.detach().sum(dtype=torch.float32) for t in outs))
+            self._outputs[id(outs[0])] = (weakref.ref(outs[0]), len(self._flags) - 1)
         return hook
+
+    def _input_flag(self, ins: list[torch.Tensor]) -> int | None:
+        """Index of the flag that says whether this module's first input was finite.
+
+        In a chain (Sequential, a block calling its layers in turn) the input is the previous
+        module's output: its flag serves, at no cost. Otherwise the input came from the
+        parent's own code (or the batch): one more sum, so that a value born there is told apart.
+        """
+        if not ins:
+            return None
+        ref, index = self._outputs.get(id(ins[0]), (None, None))
+        if ref is not None and ref() is ins[0]:
+            return index
+        self._flags.append(ins[0].detach().sum(dtype=torch.float32))
+        return len(self._flags) - 1
 
     def check(self, loss: torch.Tensor | None = None) -> Finding | None:
         """Read this step's flags (one sync) and reset them; a module-level Finding, or None."""
@@ -266,14 +308,16 @@ class NaNSentinel:
         ok = step_finite(loss if loss is not None else torch.zeros(()), params)
         sums = torch.stack(self._flags) if self._flags else ok.new_zeros(0, dtype=torch.float32)
         values = torch.cat([torch.isfinite(sums), ok[None]]).tolist()  # the one sync
-        order, self._order, self._flags, self._last_out = self._order, [], [], None
+        order, self._order, self._flags, self._last_out, self._outputs = self._order, [], [], None, {}
         self.step += 1
         if all(values):
             return None
-        for name, ok in zip(order, values):
-            if not ok:
-                return Finding(module=name, op=None, pass_="forward", kind="nan/inf", inputs_finite=None,
-                               step=self.step)
+        for i, (name, out, inp) in enumerate(order):
+            if not values[out]:
+                if inp is not None and not values[inp]:
+                    return _born_in_parent(order, values, i, self.step)
+                return Finding(module=name, op=None, pass_="forward", kind="nan/inf",
+                               inputs_finite=None if inp is None else True, step=self.step)
         bad = [n for n, p in self.model.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all()]
         module = clean_name(bad[0].rpartition(".")[0]) if bad else OUTSIDE
         return Finding(module=module, op=None, pass_="backward" if bad else "forward", kind="nan/inf",
@@ -291,9 +335,12 @@ class NaNSentinel:
             exact = replay(self.model, fn, rng)
         finally:
             self._resume()
-        if exact is None:  # not reproduced: keep the module-level answer
-            return found
-        return Finding(**{**exact.__dict__, "step": found.step})
+        if exact is None:  # not reproduced: keep the module-level answer, and say so
+            return replace(found, reproduced=False)
+        children = {k: getattr(found, k) for k in ("last_finite_child", "first_nonfinite_child")}
+        return replace(exact, step=found.step, reproduced=True,
+                       own_code=found.own_code and exact.module == found.module,
+                       **(children if found.own_code and exact.module == found.module else {}))
 
     def _pause(self) -> None:
         for h in self._handles:
@@ -301,7 +348,7 @@ class NaNSentinel:
         self._handles = []
 
     def _resume(self) -> None:
-        self._flags, self._order, self._last_out = [], [], None
+        self._flags, self._order, self._last_out, self._outputs = [], [], None, {}
         self._handles = [m.register_forward_hook(self._check_output(clean_name(n))) for n, m in self.model.named_modules()]
 
     def close(self) -> None:
@@ -312,6 +359,27 @@ class NaNSentinel:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _born_in_parent(order: list[tuple[str, int, int | None]], values: list[bool], i: int, step: int) -> Finding:
+    """The first non-finite module output (``order[i]``) had non-finite inputs: the value was
+    born before it, outside every module that reported. Walk up its ancestors to the first whose
+    own inputs were finite (or not seen): the value was born in that module's own code."""
+    name = order[i][0]
+    entries = {n: (out, inp) for n, out, inp in order}
+    child, parent = name, name.rpartition(".")[0]
+    while parent:
+        inp = entries.get(parent, (None, None))[1]
+        if inp is None or values[inp]:
+            break
+        child, parent = parent, parent.rpartition(".")[0]
+    prefix = f"{parent}." if parent else ""
+    last = next((n for n, out, _ in reversed(order[:i]) if values[out] and n.startswith(prefix)
+                 and "." not in n[len(prefix):]), None)
+    inp = entries.get(parent, (None, None))[1] if parent else None
+    return Finding(module=parent, op=None, pass_="forward", kind="nan/inf",
+                   inputs_finite=None if inp is None else values[inp], step=step, own_code=True,
+                   last_finite_child=last, first_nonfinite_child=child)
 
 
 # --- engine integration: Plan.nonfinite ---------------------------------------------------

@@ -1,19 +1,10 @@
 """Turn an exported Chrome trace of profiled training steps into a step-time breakdown.
 
 Only the exported trace is read (the public artefact of ``torch.profiler``), never profiler
-internals. The trace gives, per recorded step (a ``ProfilerStep#N`` span, from the end of one
-``Optimizer.step`` to the end of the next):
-
-- ``optimizer``: ``Optimizer.step#*`` and ``Optimizer.zero_grad#*`` spans;
-- ``sync``: host-device sync points (``aten::item``/``_local_scalar_dense``, CUDA
-  ``*Synchronize`` and blocking ``cudaMemcpy``) outside the optimizer;
-- ``backward``: the Python ``Tensor.backward``/``torch.autograd.backward`` frames;
-- ``data``: DataLoader ``__next__`` spans, and the gap from the step's start to its forward;
-- ``forward``: from the first ``nn.Module`` call after the previous backward to the start of the
-  next backward (the loss included; one span per micro-batch under gradient accumulation);
-- ``other``: the rest.
-
-Where spans overlap, the first category in that list wins (a ``.item()`` inside forward is a sync).
+internals. Each recorded step is a ``ProfilerStep#N`` span: one cycle of the training loop,
+from the end of the main optimizer's step to the end of its next one. Its time is split into
+phases by what ran (see :mod:`torchsmith.profile.phases`): data, forward, backward, optimizer
+(with each optimizer's share), sync and other.
 
 Example::
 
@@ -32,14 +23,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-CATEGORIES = ("data", "forward", "backward", "optimizer", "sync", "other")
-_PRIORITY = ("optimizer", "sync", "backward", "data", "forward")  # highest first
-_SYNC_OPS = {"aten::item", "aten::_local_scalar_dense"}
-_WRAPPER = "autograd::engine::evaluate_function"
-_BACKWARD = re.compile(r"torch/(_tensor|autograd/__init__)\.py\(\d+\): backward$")
+from torchsmith.profile.phases import (
+    CATEGORIES,
+    StepTimeline,
+    attribute,
+    optimizer_shares,
+    timeline,
+)
+from torchsmith.profile.phases import ENGINE as _WRAPPER
+from torchsmith.profile.phases import end as _end
+from torchsmith.profile.phases import inside as _inside
+
+__all__ = ["CATEGORIES", "OpStat", "Site", "StepBreakdown", "TraceAnalysis", "analyse_trace"]
+
 _FRAME = re.compile(r"^(?P<file>.+?\.py)\((?P<line>\d+)\): (?P<func>.+)$")
 SMALL_OP_US = {"cpu": 20.0, "cuda": 10.0}
 """A top-level host op (or GPU kernel) shorter than this is dispatch/launch-bound."""
+ZERO_FILL_OPS = ("aten::zero_", "aten::_foreach_zero_")
+"""What ``Optimizer.zero_grad(set_to_none=False)`` runs: one fill per gradient, or one multi-tensor fill."""
+MULTI_TENSOR = ("_foreach_", "_fused_")
+"""Op-name parts of the multi-tensor (foreach) and fused optimizer kernels."""
+MAX_FLOAT64_OPS = 10
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,8 @@ class StepBreakdown:
     seconds: float
     phases: dict[str, float]
     """Seconds per category; they sum to ``seconds``."""
+    optimizers: dict[str, float] = field(default_factory=dict)
+    """Optimizer-phase seconds per optimizer (``#1 Adam``), when the capture labelled them."""
 
 
 @dataclass(frozen=True)
@@ -102,178 +108,159 @@ class TraceAnalysis:
         """Median seconds per step in ``category``."""
         return statistics.median(s.phases[category] for s in self.steps) if self.steps else 0.0
 
+    def optimizer_shares(self) -> dict[str, float]:
+        """Fraction of all recorded step time in each optimizer's own update."""
+        total = sum(s.seconds for s in self.steps)
+        out: dict[str, float] = {}
+        for s in self.steps:
+            for label, sec in s.optimizers.items():
+                out[label] = out.get(label, 0.0) + sec
+        return {label: sec / total for label, sec in out.items()} if total > 0 else out
+
+    def median_share(self, category: str) -> float:
+        """Median over the recorded steps of the step's fraction in ``category``: one step stalled by
+        the machine (a page fault, another process) does not decide it."""
+        return statistics.median(s.phases[category] / s.seconds if s.seconds > 0 else 0.0
+                                 for s in self.steps) if self.steps else 0.0
+
     def share(self, category: str) -> float:
         """Fraction of all recorded step time spent in ``category``."""
         total = sum(s.seconds for s in self.steps)
         return sum(s.phases[category] for s in self.steps) / total if total > 0 else 0.0
 
 
-def analyse_trace(path: str | Path, top: int = 12) -> TraceAnalysis:
-    """Read a Chrome trace exported by ``torch.profiler`` and analyse its ``ProfilerStep`` spans."""
+def analyse_trace(path: str | Path, top: int = 12, steps: int | None = None) -> TraceAnalysis:
+    """Read a Chrome trace exported by ``torch.profiler`` and analyse its ``ProfilerStep`` spans.
+
+    ``steps``: how many of them were completed steps (the capture's count); a script that
+    crashed or was interrupted inside the window leaves one more, unfinished, which is dropped.
+    """
     t0 = time.perf_counter()
     path = Path(path)
     events = json.loads(path.read_text())["traceEvents"]
-    result = _analyse(events, top)
+    result = _analyse(events, top, steps)
     result.trace_bytes = path.stat().st_size
     result.analysis_seconds = time.perf_counter() - t0
     return result
 
 
-def _analyse(events: list[dict[str, Any]], top: int) -> TraceAnalysis:
-    step_spans = sorted((e for e in events if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#")),
-                        key=lambda e: e["ts"])
-    if not step_spans:
+def _analyse(events: list[dict[str, Any]], top: int, steps: int | None = None) -> TraceAnalysis:
+    spans = _step_spans(events, steps)
+    host = _host_events(events, spans[0]["tid"])
+    kernels = [e for e in events if e.get("ph") == "X" and "dur" in e and e.get("cat") == "kernel"]
+    out = TraceAnalysis(steps=[], device="cuda" if kernels else "cpu")
+    stats = _OpStats(pyid={e["args"].get("Python id"): e for e in host if e.get("cat") == "python_function"})
+    starts = [e["ts"] for e in host]
+    for span in spans:
+        s0, s1 = span["ts"], _end(span)
+        tl = timeline(s0, s1, host[bisect.bisect_left(starts, s0):bisect.bisect_left(starts, s1)])
+        phases = attribute(s0, s1, tl.intervals)
+        out.steps.append(StepBreakdown(seconds=span["dur"] / 1e6, phases={k: v / 1e6 for k, v in phases.items()},
+                                       optimizers={k: v / 1e6 for k, v in optimizer_shares(tl).items()}))
+        stats.add(tl)
+    stats.finish(out, len(spans), top)
+    if kernels:
+        _kernel_stats(out, kernels, len(spans), top)
+    out.peak_delta_bytes, out.cuda_peak_bytes = _memory(events, spans)
+    out.compiled_regions = sum(1 for e in events if e.get("ph") == "X" and e["name"].startswith("Torch-Compiled Region"))
+    return out
+
+
+def _step_spans(events: list[dict[str, Any]], steps: int | None) -> list[dict[str, Any]]:
+    spans = sorted((e for e in events if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#")),
+                   key=lambda e: e["ts"])[:steps]
+    if not spans:
         raise ValueError("the trace holds no ProfilerStep spans: no training step was recorded.\n"
                          "Tip: the script must call optimizer.step() at least --steps + 3 times.")
-    tid = step_spans[0]["tid"]
-    spans = [e for e in events if e.get("ph") == "X" and "dur" in e]
-    host = sorted((e for e in spans if e["tid"] == tid), key=lambda e: (e["ts"], -e["dur"]))
-    kernels = [e for e in spans if e.get("cat") == "kernel"]
-    out = TraceAnalysis(steps=[], device="cuda" if kernels else "cpu")
-    starts = [e["ts"] for e in host]
-    pyid = {e["args"].get("Python id"): e for e in host if e.get("cat") == "python_function"}
-    ops: dict[tuple[str, str], list[float]] = {}
-    sync_sites: dict[str, list[float]] = {}
-    getitems: dict[str, list[float]] = {}
-    n_ops = n_small = 0
-    op_time = small_time = 0.0
-    op_durs: list[float] = []
-    opt_ops = foreach_ops = zero_ops = 0
-    zero_grad_us = 0.0
-    for span in step_spans:
-        s0, s1 = span["ts"], span["ts"] + span["dur"]
-        evs = host[bisect.bisect_left(starts, s0):bisect.bisect_left(starts, s1)]
-        cpu_ops = [e for e in evs if e.get("cat") == "cpu_op"]
-        names = [e["name"] for e in evs]
-        optim = [(e["ts"], min(_end(e), s1)) for e, n in zip(evs, names)
-                 if n.startswith(("Optimizer.step#", "Optimizer.zero_grad#"))]
-        syncs = [e for e in evs if (e["name"] in _SYNC_OPS or _is_cuda_sync(e)) and not _inside(e, optim)]
-        # `aten::item` runs `aten::_local_scalar_dense` inside it: one sync, counted once.
-        syncs = [e for e in syncs if not any(o is not e and o["ts"] <= e["ts"] and _end(e) <= _end(o) for o in syncs)]
-        back = [(e["ts"], _end(e)) for e in evs if e.get("cat") == "python_function" and _BACKWARD.search(e["name"])]
-        if not back:  # no Python frames in the trace: the autograd engine's own spans
-            back = [(e["ts"], _end(e)) for e in cpu_ops if e["name"].startswith(_WRAPPER)]
-        back = _merge(back)
-        mods = [e for e in evs if e.get("cat") == "python_function" and e["name"].startswith("nn.Module: ")]
-        forward = _forward_spans(mods, back)
-        fwd_start = forward[0][0] if forward else s1
-        data = [(e["ts"], _end(e)) for e in evs if e["name"].startswith("enumerate(DataLoader)")]
-        data.append((s0, fwd_start))
-        intervals = {"optimizer": optim, "sync": [(e["ts"], _end(e)) for e in syncs], "backward": back,
-                     "data": data, "forward": forward}
-        phases = _attribute(s0, s1, intervals)
-        out.steps.append(StepBreakdown(seconds=span["dur"] / 1e6, phases={k: v / 1e6 for k, v in phases.items()}))
-        # Sync points: where in the user's code each one comes from.
-        out.steps_with_sync += bool(syncs)
-        for e in syncs:
-            sync_sites.setdefault(_user_frame(e, evs, pyid), []).append(e["dur"])
-        for e in evs:
-            if e.get("cat") == "python_function" and e["name"].endswith(": __getitem__") and _inside(e, data):
-                getitems.setdefault(_where(e["name"]), []).append(e["dur"])
-        # Operators: self time, top-level ones in forward/backward, and the optimizer's.
-        top_level = _self_times(cpu_ops, ops)
-        compute = forward + back
-        for e in top_level:
-            if _inside(e, compute):
-                n_ops += 1
-                op_durs.append(e["dur"])
-                op_time += e["dur"]
-                if e["dur"] < SMALL_OP_US["cpu"]:
-                    n_small += 1
-                    small_time += e["dur"]
-            elif _inside(e, optim):
-                opt_ops += 1
-                foreach_ops += "_foreach_" in e["name"] or "_fused_" in e["name"]
-        for e, n in zip(evs, names):
-            if n.startswith("Optimizer.zero_grad#"):
-                zero_grad_us += e["dur"]
-                zero_ops += sum(1 for c in cpu_ops if c["name"] in ("aten::zero_", "aten::_foreach_zero_")
-                                and e["ts"] <= c["ts"] <= _end(e))
-        out.float64_ops.extend(f"{e['name']} {_shapes(e)}" for e in top_level
-                               if "double" in e.get("args", {}).get("Input type", []) and _inside(e, compute))
-    steps = len(step_spans)
-    if kernels:  # on a GPU, launch-bound shows in kernel durations, not in host ops
-        by_name: dict[str, list[float]] = {}
-        for k in kernels:
-            by_name.setdefault(k["name"], []).append(k["dur"])
-        out.top_kernels = [OpStat(n, "", len(d), sum(d) / 1e6)
-                           for n, d in sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:top]]
-        durs = [k["dur"] for k in kernels]
-        small = [d for d in durs if d < SMALL_OP_US["cuda"]]
-        n_ops, n_small, op_time, small_time, op_durs = len(durs), len(small), sum(durs), sum(small), durs
-    out.ops_per_step = n_ops / steps
-    out.small_op_share = small_time / op_time if op_time > 0 else 0.0
-    out.median_op_us = statistics.median(op_durs) if op_durs else 0.0
-    out.optimizer_ops_per_step = opt_ops / steps
-    out.foreach_ops_per_step = foreach_ops / steps
-    out.zero_fill_ops_per_step = zero_ops / steps
-    out.zero_grad_seconds_per_step = zero_grad_us / 1e6 / steps
-    out.top_ops = [OpStat(name, shapes, len(d), sum(d) / 1e6)
-                   for (name, shapes), d in sorted(ops.items(), key=lambda kv: -sum(kv[1]))[:top]]
-    out.sync_sites = _sites(sync_sites)
-    out.getitem_sites = _sites(getitems)
-    out.float64_ops = sorted(set(out.float64_ops))[:10]
-    out.peak_delta_bytes, out.cuda_peak_bytes = _memory(events, step_spans)
-    out.compiled_regions = sum(1 for e in spans if e["name"].startswith("Torch-Compiled Region"))
-    return out
-
-
-def _end(e: dict[str, Any]) -> float:
-    return e["ts"] + e["dur"]
-
-
-def _inside(e: dict[str, Any], intervals: list[tuple[float, float]]) -> bool:
-    return any(a <= e["ts"] < b for a, b in intervals)
-
-
-def _merge(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[tuple[float, float]] = []
-    for a, b in sorted(spans):
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
-
-
-def _forward_spans(mods: list[dict[str, Any]], back: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """One forward span per backward: from the first module call after the previous backward to
-    this backward's start (the loss included). Gradient accumulation gives several per step.
-    With no backward at all, the module calls themselves."""
-    if not back:
-        return _merge([(e["ts"], _end(e)) for e in mods])
-    spans, prev_end = [], float("-inf")
-    for a, b in back:
-        starts = [e["ts"] for e in mods if prev_end <= e["ts"] < a]
-        if starts:
-            spans.append((min(starts), a))
-        prev_end = b
     return spans
 
 
-def _is_cuda_sync(e: dict[str, Any]) -> bool:
-    return e.get("cat") == "cuda_runtime" and ("Synchronize" in e["name"] or e["name"] == "cudaMemcpy")
+def _host_events(events: list[dict[str, Any]], tid: Any) -> list[dict[str, Any]]:
+    """Complete events on the training thread, parents before their children."""
+    return sorted((e for e in events if e.get("ph") == "X" and "dur" in e and e["tid"] == tid),
+                  key=lambda e: (e["ts"], -e["dur"]))
 
 
-def _attribute(s0: float, s1: float, intervals: dict[str, list[tuple[float, float]]]) -> dict[str, float]:
-    """Sweep the step's timeline; each instant goes to the highest-priority category covering it."""
-    marks: list[tuple[float, int, int]] = []
-    for rank, cat in enumerate(_PRIORITY):
-        for a, b in intervals[cat]:
-            a, b = max(a, s0), min(b, s1)
-            if b > a:
-                marks += [(a, 1, rank), (b, -1, rank)]
-    marks.sort()
-    counts = [0] * len(_PRIORITY)
-    totals = dict.fromkeys(CATEGORIES, 0.0)
-    prev = s0
-    for t, delta, rank in marks:
-        active = next((i for i, c in enumerate(counts) if c > 0), None)
-        totals[_PRIORITY[active] if active is not None else "other"] += t - prev
-        counts[rank] += delta
-        prev = t
-    totals["other"] += s1 - prev
-    return totals
+class _OpStats:
+    """Per-step operator counts and times, summed over the recorded steps by :meth:`add`."""
+
+    def __init__(self, pyid: dict[Any, dict[str, Any]]):
+        self.pyid = pyid
+        self.self_times: dict[tuple[str, str], list[float]] = {}
+        self.sync_sites: dict[str, list[float]] = {}
+        self.getitems: dict[str, list[float]] = {}
+        self.compute_durs: list[float] = []
+        self.optimizer_ops = self.multi_tensor_ops = self.zero_fill_ops = 0
+        self.zero_grad_us = 0.0
+        self.steps_with_sync = 0
+        self.float64: set[str] = set()
+
+    def add(self, tl: StepTimeline) -> None:
+        self._syncs(tl)
+        self._getitems(tl)
+        cpu_ops = tl.cpu_ops
+        for e in _self_times(cpu_ops, self.self_times):
+            if _inside(e, tl.compute):
+                self.compute_durs.append(e["dur"])
+                if _float64_tensor_arg(e):
+                    self.float64.add(f"{e['name']} {_shapes(e)}")
+            elif _inside(e, tl.intervals["optimizer"]):
+                self.optimizer_ops += 1
+                self.multi_tensor_ops += any(m in e["name"] for m in MULTI_TENSOR)
+        for z in tl.events:
+            if z["name"].startswith("Optimizer.zero_grad#"):
+                self.zero_grad_us += z["dur"]
+                self.zero_fill_ops += sum(1 for c in cpu_ops if c["name"] in ZERO_FILL_OPS and z["ts"] <= c["ts"] <= _end(z))
+
+    def _syncs(self, tl: StepTimeline) -> None:
+        self.steps_with_sync += bool(tl.syncs)
+        for e in tl.syncs:
+            self.sync_sites.setdefault(_user_frame(e, tl.events, self.pyid), []).append(e["dur"])
+
+    def _getitems(self, tl: StepTimeline) -> None:
+        for e in tl.events:
+            if (e.get("cat") == "python_function" and e["name"].endswith(": __getitem__")
+                    and _inside(e, tl.intervals["data"])):
+                self.getitems.setdefault(_where(e["name"]), []).append(e["dur"])
+
+    def finish(self, out: TraceAnalysis, steps: int, top: int) -> None:
+        durs = self.compute_durs
+        small = [d for d in durs if d < SMALL_OP_US["cpu"]]
+        out.ops_per_step = len(durs) / steps
+        out.small_op_share = sum(small) / sum(durs) if sum(durs) > 0 else 0.0
+        out.median_op_us = statistics.median(durs) if durs else 0.0
+        out.optimizer_ops_per_step = self.optimizer_ops / steps
+        out.foreach_ops_per_step = self.multi_tensor_ops / steps
+        out.zero_fill_ops_per_step = self.zero_fill_ops / steps
+        out.zero_grad_seconds_per_step = self.zero_grad_us / 1e6 / steps
+        out.top_ops = [OpStat(name, shapes, len(d), sum(d) / 1e6)
+                       for (name, shapes), d in sorted(self.self_times.items(), key=lambda kv: -sum(kv[1]))[:top]]
+        out.steps_with_sync = self.steps_with_sync
+        out.sync_sites = _sites(self.sync_sites)
+        out.getitem_sites = _sites(self.getitems)
+        out.float64_ops = sorted(self.float64)[:MAX_FLOAT64_OPS]
+
+
+def _kernel_stats(out: TraceAnalysis, kernels: list[dict[str, Any]], steps: int, top: int) -> None:
+    """On a GPU, launch-bound shows in kernel durations, not in host ops: they replace the op counts."""
+    by_name: dict[str, list[float]] = {}
+    for k in kernels:
+        by_name.setdefault(k["name"], []).append(k["dur"])
+    out.top_kernels = [OpStat(n, "", len(d), sum(d) / 1e6)
+                       for n, d in sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:top]]
+    durs = [k["dur"] for k in kernels]
+    small = [d for d in durs if d < SMALL_OP_US["cuda"]]
+    out.ops_per_step = len(durs) / steps
+    out.small_op_share = sum(small) / sum(durs) if sum(durs) > 0 else 0.0
+    out.median_op_us = statistics.median(durs) if durs else 0.0
+
+
+def _float64_tensor_arg(e: dict[str, Any]) -> bool:
+    """A float64 *tensor* argument. The profiler records a Python float (``0.5 * x``) as
+    ``double`` with empty dims, which is no float64 training at all."""
+    args = e.get("args", {})
+    return any(t == "double" and d for t, d in zip(args.get("Input type", []), args.get("Input Dims", [])))
+
 
 
 def _self_times(cpu_ops: list[dict[str, Any]], acc: dict[tuple[str, str], list[float]]) -> list[dict[str, Any]]:

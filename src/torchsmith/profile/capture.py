@@ -1,8 +1,10 @@
 """Capture a bounded window of training steps with ``torch.profiler``, from any training loop.
 
 Step boundaries come from PyTorch's public global optimizer hooks
-(``register_optimizer_step_pre_hook`` / ``..._post_hook``): every ``Optimizer.step()`` ends
-one training step, whoever wrote the loop. The profiler starts lazily after the first
+(``register_optimizer_step_pre_hook`` / ``..._post_hook``): a training step is one cycle of
+the main loop, ended by each ``step()`` of the first optimizer seen to step, whoever wrote the
+loop. Other optimizers (a GAN's second one) step inside that cycle; each optimizer's step is
+wrapped in a labelled span so the analysis shows each one's share. The profiler starts lazily after the first
 step (which carries one-off costs) and follows its ``schedule``: ``wait`` steps unrecorded,
 ``warmup`` steps traced but discarded, ``active`` steps recorded. Live facts the trace
 does not hold (parameter dtypes, optimizer flags, DataLoader settings, anomaly mode,
@@ -20,11 +22,11 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
+import signal
 import time
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -34,6 +36,9 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 from torchsmith.measure.fingerprint import usable_cores
 from torchsmith.measure.memory import memory_split
 from torchsmith.measure.quiet import native_stderr_silenced
+from torchsmith.profile.facts import Facts
+from torchsmith.profile.phases import OPTIMIZER_LABEL
+from torchsmith.profile.thread_probe import PROBE_STEPS, ThreadProbe, suspect_threads
 
 MAX_ACTIVE_STEPS = 20
 """Cap on recorded steps: a trace grows linearly with them, and a few steps suffice."""
@@ -59,6 +64,9 @@ class CaptureConfig:
     """Cap on the exported trace; above it the Python frames are dropped from the copy you keep."""
     stop_after: bool = False
     """Stop the script (SystemExit(0)) once the window is captured, instead of letting it run on."""
+    probe_threads: bool = True
+    """CPU: after the window, time the next steps round-robin at the current and at up to two
+    suspected thread counts (thread_probe.py); up to 3 x PROBE_STEPS more steps, unprofiled."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.active <= MAX_ACTIVE_STEPS or self.wait < 1 or self.warmup < 0:
@@ -72,45 +80,6 @@ class CaptureConfig:
     def steps_needed(self) -> int:
         """Optimizer steps the script must run to fill the window (the first, unprofiled, included)."""
         return 1 + self.wait + self.warmup + self.active
-
-
-@dataclass
-class Facts:
-    """What the hooks saw on live objects. Plain data: it crosses from the script's process as JSON."""
-
-    steps_seen: int = 0
-    """Optimizer steps seen while hooked (hooks go once the window is done)."""
-    steps_recorded: int = 0
-    window_done: bool = False
-    stopped: bool = False
-    device: str = "cpu"
-    model: str = ""
-    param_numel_by_dtype: dict[str, int] = field(default_factory=dict)
-    optimizers: list[dict[str, Any]] = field(default_factory=list)
-    loaders: list[dict[str, Any]] = field(default_factory=list)
-    anomaly_enabled: bool = False
-    autocast_enabled: bool = False
-    grad_checks: int = 0
-    """Forward starts (outside the recorded window) where the gradients were inspected."""
-    grads_zero_filled: int = 0
-    """Of those, how many found existing ``.grad`` tensors that were all zeros."""
-    zero_filled_grad_bytes: int = 0
-    memory: dict[str, int] = field(default_factory=dict)
-    """params / grads / optimizer_state bytes (measure.memory.memory_split at an optimizer step)."""
-    unprofiled_step_seconds: list[float] = field(default_factory=list)
-    """Wall time of the wait steps (hooked, not traced): the step time without profiler overhead."""
-    live_bytes: int = 0
-    """Persistent state bytes (params, grads, optimizer state) at a step boundary: the CPU peak baseline."""
-    cuda_peak_bytes: int | None = None
-    threads: dict[str, int] = field(default_factory=dict)
-    config: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self))
-
-    @classmethod
-    def from_json(cls, text: str) -> "Facts":
-        return cls(**json.loads(text))
 
 
 class StepCapture:
@@ -133,6 +102,9 @@ class StepCapture:
         self._orig_iter = None
         self.active = False
         self._last_step_end = 0.0
+        self._primary: int | None = None  # id() of the optimizer whose steps end a loop cycle
+        self._labels: dict[int, Any] = {}  # id(optimizer) -> its open labelled span
+        self._probe: ThreadProbe | None = None
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -174,17 +146,29 @@ class StepCapture:
             self._orig_iter = None
 
     def finish(self) -> None:
-        """Stop profiling (a partial window is kept), remove every hook, write facts.json."""
-        if self._prof is not None:
-            with native_stderr_silenced():
-                self._prof.stop()  # in RECORD state this exports what was recorded
-            self._prof = None
-        self.uninstall()
-        self.facts.threads = {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads(),
-                              "cores": usable_cores()}
-        if self.active:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-            (self.out_dir / "facts.json").write_text(self.facts.to_json())
+        """Stop profiling (a partial window is kept), remove every hook, write facts.json.
+
+        Runs at exit too, after a Ctrl-C: a second Ctrl-C is held off until the window is written.
+        """
+        with _sigint_deferred():
+            if self._prof is not None:
+                with native_stderr_silenced():
+                    self._prof.stop()  # in RECORD state this exports what was recorded
+                self._prof = None
+            self.uninstall()
+            if self._probe is not None:
+                self._probe.restore()
+                self.facts.thread_probe = self._probe.result()
+                self._probe = None
+            if not self.facts.threads:
+                self.facts.threads = self._threads()
+            if self.active:
+                self.out_dir.mkdir(parents=True, exist_ok=True)
+                (self.out_dir / "facts.json").write_text(self.facts.to_json())
+
+    def _threads(self) -> dict[str, int]:
+        return {"intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads(),
+                "cores": usable_cores()}
 
     # -- hooks ----------------------------------------------------------------------
 
@@ -192,8 +176,23 @@ class StepCapture:
         if id(optimizer) not in self._optimizers:
             self._optimizers[id(optimizer)] = weakref.ref(optimizer)
             self.facts.optimizers.append(_optimizer_facts(optimizer))
+        if self._prof is not None:
+            index = list(self._optimizers).index(id(optimizer)) + 1
+            label = torch.autograd.profiler.record_function(f"{OPTIMIZER_LABEL}#{index} {type(optimizer).__name__}")
+            label.__enter__()
+            self._labels[id(optimizer)] = label
 
     def _post_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        label = self._labels.pop(id(optimizer), None)
+        if label is not None:
+            label.__exit__(None, None, None)
+        if self._primary is None:
+            self._primary = id(optimizer)
+        if id(optimizer) != self._primary:
+            return  # a second optimizer steps inside the main one's cycle: no step boundary
+        if self._probe is not None:
+            self._probe_step()
+            return
         f = self.facts
         f.steps_seen += 1
         if f.steps_seen == 1:
@@ -309,9 +308,47 @@ class StepCapture:
             with native_stderr_silenced():
                 self._prof.stop()
             self._prof = None
+        self.facts.threads = self._threads()
+        if self._start_probe():
+            return  # the probe's steps run first; they end with _end_probe
+        self._complete()
+
+    def _complete(self) -> None:
         self.finish()  # hooks go: the rest of the run is unprofiled and full speed
         if self._on_done is not None:
             self._on_done(self)
+
+    def _start_probe(self) -> bool:
+        if not self.cfg.probe_threads or self.facts.device.startswith("cuda"):
+            return False
+        t = self.facts.threads
+        suspects = suspect_threads(t["intra_op"], t["cores"], sum(ld["num_workers"] for ld in self.facts.loaders))
+        if not suspects:
+            return False
+        self._probe = ThreadProbe(t["intra_op"], suspects, PROBE_STEPS)
+        self._probe.start()
+        self._last_step_end = time.perf_counter()
+        return True
+
+    def _probe_step(self) -> None:
+        now = time.perf_counter()
+        self._probe.record(now - self._last_step_end)
+        self._last_step_end = time.perf_counter()  # the switch itself is not timed
+        if self._probe.done:
+            self._complete()
+
+
+class _sigint_deferred:
+    """Hold SIGINT while the window is exported; a Ctrl-C that arrived meanwhile acts after."""
+
+    def __enter__(self) -> None:
+        self._held = hasattr(signal, "pthread_sigmask")
+        if self._held:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+    def __exit__(self, *exc: object) -> None:
+        if self._held:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _optimizer_facts(optimizer: torch.optim.Optimizer) -> dict[str, Any]:

@@ -19,9 +19,12 @@ import dataclasses
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -29,6 +32,7 @@ from torchsmith.plan import Plan
 from torchsmith.profile.analysis import TraceAnalysis, analyse_trace
 from torchsmith.profile.capture import MAX_ACTIVE_STEPS, CaptureConfig, Facts, StepCapture
 from torchsmith.profile.rules import DoctorContext, Finding, diagnose
+from torchsmith.profile.thread_probe import PROBE_STEPS
 from torchsmith.workload import Workload
 from torchsmith.text import first_line
 
@@ -66,6 +70,17 @@ class DoctorReport:
     """The caps on the capture, stated: steps recorded and trace size."""
     exit_code: int | None = None
     verified: list[Verification] = field(default_factory=list)
+    interrupted: bool = False
+    """The script was stopped by Ctrl-C (SIGINT); the report covers what was captured until then."""
+
+    @property
+    def partial(self) -> bool:
+        """Fewer steps were recorded than the window asked for (the script ended inside it)."""
+        return self.facts.steps_recorded < int(self.facts.config.get("active", 0))
+
+    @property
+    def crashed(self) -> bool:
+        return bool(self.exit_code) and not self.interrupted
 
 
 def doctor_workload(workload: Workload, cfg: CaptureConfig | None = None, *, plan: Plan | None = None,
@@ -80,7 +95,8 @@ def doctor_workload(workload: Workload, cfg: CaptureConfig | None = None, *, pla
     plan = plan or Plan()
     with tempfile.TemporaryDirectory(prefix="torchsmith-doctor-") as tmp:
         with StepCapture(cfg, tmp) as capture:
-            run(workload, plan, steps=cfg.steps_needed, device=device, allow_nonfinite=True)
+            run(workload, plan, steps=cfg.steps_needed + (3 * PROBE_STEPS if cfg.probe_threads else 0), device=device,
+                allow_nonfinite=True)
         return _report(workload.name, "workload", capture.facts, Path(tmp), trace, plan=plan)
 
 
@@ -89,11 +105,12 @@ def doctor_script(command: list[str], cfg: CaptureConfig | None = None, *,
     """Run ``command`` unmodified with the capture hooked in at interpreter start-up.
 
     Raises :class:`DoctorError` (carrying ``exit_code``) when there is nothing to diagnose.
+    A Ctrl-C stops the script, not the doctor: what was captured is still analysed.
     """
     cfg = cfg or CaptureConfig()
     with tempfile.TemporaryDirectory(prefix="torchsmith-doctor-") as tmp:
         try:
-            code = subprocess.call(command, env=_script_env(tmp, cfg, env))
+            code, interrupted = _run_child(command, _script_env(tmp, cfg, env))
         except FileNotFoundError:
             raise DoctorError(f"cannot run `{command[0]}`: no such program on PATH.\n"
                               f"Tip: name the interpreter by path, e.g. -- {sys.executable} train.py") from None
@@ -108,7 +125,7 @@ def doctor_script(command: list[str], cfg: CaptureConfig | None = None, *,
             err.exit_code = code
             raise err
         facts = Facts.from_json(facts_path.read_text())
-        if not (Path(tmp) / "trace.json").exists():
+        if not (Path(tmp) / "trace.json").exists() or (not facts.window_done and not facts.steps_recorded):
             err = DoctorError(
                 f"`{shown}` ran {facts.steps_seen} optimizer steps and exited (code {code}) before the "
                 f"profiled window; the window needs {cfg.steps_needed} (1 first step + {cfg.wait} wait + "
@@ -118,7 +135,50 @@ def doctor_script(command: list[str], cfg: CaptureConfig | None = None, *,
             raise err
         report = _report(shown, "script", facts, Path(tmp), trace)
         report.exit_code = code
+        report.interrupted = interrupted
         return report
+
+
+INTERRUPT_GRACE_S = 2.0
+"""After a Ctrl-C, how long the script gets to stop on its own before it is sent SIGINT itself."""
+
+
+def _run_child(command: list[str], env: dict[str, str]) -> tuple[int, bool]:
+    """Run the script; (exit code, whether a Ctrl-C stopped it).
+
+    A terminal's Ctrl-C reaches the whole foreground group: the script stops (its exit hook
+    writes the captured window) while this process waits for it instead of dying with it. A
+    SIGINT sent to this process alone is passed on to the script after INTERRUPT_GRACE_S.
+    """
+    proc = subprocess.Popen(command, env=env)
+    if threading.current_thread() is not threading.main_thread():
+        return proc.wait(), False
+    interrupted_at: list[float] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: interrupted_at.append(time.monotonic()))
+    forwarded = False
+    try:
+        while True:
+            try:
+                code = proc.wait(timeout=0.1)
+                break
+            except subprocess.TimeoutExpired:
+                if interrupted_at and not forwarded and time.monotonic() - interrupted_at[0] > INTERRUPT_GRACE_S:
+                    proc.send_signal(signal.SIGINT)
+                    forwarded = True
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    return code, bool(interrupted_at) or code == -signal.SIGINT
+
+
+def report_capture(capture: StepCapture, target: str, *, trace: str | os.PathLike | None = None) -> DoctorReport:
+    """Diagnose a window captured in this process (a framework callback's), once ``capture.finish()`` ran."""
+    facts, cfg = capture.facts, capture.cfg
+    if not capture.trace_path.exists() or (not facts.window_done and not facts.steps_recorded):
+        raise DoctorError(
+            f"the run made {facts.steps_seen} optimizer steps; the doctor window needs {cfg.steps_needed} "
+            f"(1 first + {cfg.wait} wait + {cfg.warmup} warmup + {cfg.active} recorded).\n"
+            "Tip: train for more steps, or give the callback a smaller window: capture=CaptureConfig(active=1).")
+    return _report(target, "script", facts, capture.out_dir, trace)
 
 
 def verify(workload: Workload, report: DoctorReport, *, steps: int = 6, device: str | None = None,
@@ -173,7 +233,7 @@ def _report(target: str, mode: str, facts: Facts, tmp: Path, trace: str | os.Pat
     cfg = CaptureConfig(**{k: v for k, v in facts.config.items() if k in CaptureConfig.__dataclass_fields__})
     if plan is not None:
         facts.config["plan"] = plan.to_dict()
-    analysis = analyse_trace(tmp / "trace.json")
+    analysis = analyse_trace(tmp / "trace.json", steps=None if facts.window_done else facts.steps_recorded)
     ctx = DoctorContext(analysis, facts, mode, plan, target if mode == "workload" else "mymod:workload")  # type: ignore[arg-type]
     kept, note = keep_trace(tmp / "trace.json", trace, cfg, len(analysis.steps))
     return DoctorReport(target, mode, analysis, facts, diagnose(ctx), ctx.memory(), kept, note)

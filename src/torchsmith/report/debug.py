@@ -114,10 +114,22 @@ def render_finding(finding: Finding | None, console: Console, steps: int) -> Non
             ("op", finding.op or "-"), ("autograd node", finding.autograd_node or "-"),
             ("input shapes", str(finding.input_shapes)), ("output shapes", str(finding.output_shapes)),
             ("inputs already non-finite", {True: "no", False: "yes", None: "-"}[finding.inputs_finite])]
+    if finding.own_code:
+        rows[2] = ("module", f"{finding.module or '(root)'} (its own forward code)")
+        rows += [("last finite child", finding.last_finite_child or "- (none ran before)"),
+                 ("first non-finite child", f"{finding.first_nonfinite_child} (its inputs were already non-finite)")]
     for k, v in rows:
         t.add_row(k, v)
     console.print(t)
-    if finding.inputs_finite:
+    if finding.reproduced is False:
+        console.print("note: the op-level re-run of this step did not reproduce the value (the forward depends on "
+                      "state the replay does not restore, e.g. a Python counter), so no op is named; the module "
+                      "above is from the cheap per-module checks.")
+    if finding.own_code:
+        console.print(f"Tip: the value was made by code in {finding.module or 'the root module'}'s forward itself, "
+                      f"between {finding.last_finite_child or 'its start'} and {finding.first_nonfinite_child}: "
+                      "look there for a log/sqrt/div or an overflow.")
+    elif finding.inputs_finite:
         console.print("Tip: the op's inputs were finite, so this op made the value: an overflow (lower the "
                       "learning rate, clip gradients, use bf16 over fp16) or an invalid input to it (log/sqrt/div).")
     elif finding.inputs_finite is False:

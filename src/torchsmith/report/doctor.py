@@ -38,6 +38,9 @@ def doctor_to_dict(report: DoctorReport) -> dict[str, Any]:
         "unprofiled_step_seconds": report.facts.unprofiled_step_seconds,
         "breakdown_share": {c: a.share(c) for c in CATEGORIES},
         "breakdown_seconds_median": {c: a.seconds(c) for c in CATEGORIES},
+        "optimizer_share": a.optimizer_shares(),
+        "window": window_note(report), "partial": report.partial, "interrupted": report.interrupted,
+        "crashed": report.crashed,
         "steps": [s.phases for s in a.steps],
         "top_ops": [{"name": o.name, "shapes": o.shapes, "count": o.count, "self_seconds": o.self_seconds}
                     for o in a.top_ops],
@@ -53,9 +56,26 @@ def doctor_to_dict(report: DoctorReport) -> dict[str, Any]:
     }
 
 
+def window_note(report: DoctorReport) -> str:
+    """How the capture ended, when not as planned: a partial window, a crash, a Ctrl-C. Else ""."""
+    recorded, planned = len(report.analysis.steps), int(report.facts.config.get("active", 0))
+    parts = []
+    if report.interrupted:
+        parts.append(f"interrupted (Ctrl-C) after {report.facts.steps_seen} optimizer steps; "
+                     "the captured window is analysed below")
+    elif report.crashed:
+        parts.append(f"the script failed (exit code {report.exit_code}) after {report.facts.steps_seen} optimizer steps")
+    if report.partial:
+        parts.append(f"partial window: {recorded} of {planned} steps recorded, figures from "
+                     f"{'that step' if recorded == 1 else 'those steps'} only")
+    return "; ".join(parts)
+
+
 def render_doctor(report: DoctorReport, console: Console) -> None:
     a, f = report.analysis, report.facts
     console.rule(f"torchsmith doctor · {escape(report.target)} · {f.device} · {f.model or 'model'}")
+    if note := window_note(report):
+        console.print(f"[bold yellow]note:[/] {escape(note)}")
     title = f"step time: {fmt_seconds(a.step_seconds)} median over {len(a.steps)} recorded steps"
     if f.unprofiled_step_seconds:
         title += f"\n(unprofiled: {fmt_seconds(min(f.unprofiled_step_seconds))}; read the shares, the profiler inflates times)"
@@ -67,6 +87,9 @@ def render_doctor(report: DoctorReport, console: Console) -> None:
     for c in CATEGORIES:
         share = a.share(c)
         table.add_row(c, fmt_seconds(a.seconds(c)), f"{share:.0%}", f"[{COLORS[c]}]" + "█" * round(share * 30) + "[/]")
+        if c == "optimizer" and len(shares := a.optimizer_shares()) > 1:
+            for label, sh in sorted(shares.items()):
+                table.add_row(f"  {escape(label)}", "", f"{sh:.0%}", "")
     console.print(table)
     ops = Table(title="top operators by self time")
     for col in ("operator", "input shapes", "calls", "self time"):
@@ -185,7 +208,7 @@ def write_doctor_html(report: DoctorReport, path: str | Path) -> Path:
 table{{border-collapse:collapse}}td,th{{padding:2px 10px;border-bottom:1px solid #ddd}}
 pre{{background:#f4f4f4;padding:8px;overflow:auto}}.f{{border-left:4px solid #999;padding-left:10px;margin:1em 0}}
 .high{{border-color:#d62728}}.medium{{border-color:#ff7f0e}}.low{{border-color:#17becf}}</style></head><body>
-<h1>torchsmith doctor</h1><p>{e(report.target)} · {e(report.facts.device)} · {e(report.facts.model)} ·
+<h1>torchsmith doctor</h1>{f"<p><b>Note:</b> {e(window_note(report))}</p>" if window_note(report) else ""}<p>{e(report.target)} · {e(report.facts.device)} · {e(report.facts.model)} ·
 median step {a.step_seconds * 1e3:.2f} ms over {len(a.steps)} recorded steps{_unprofiled(report)}</p>
 <h2>Step-time breakdown</h2><img alt="step time breakdown" src="data:image/png;base64,{breakdown_png(report)}">
 <table><tr><th>phase</th><th>median</th><th>share</th></tr>{rows}</table>
