@@ -100,7 +100,7 @@ def test_launch_on_a_busy_rendezvous_port_fails_within_seconds():
 def test_tune_budget_too_small_states_one_minimum():
     import re
 
-    code, _, err = cli("tune", "mlp", "--budget", "1s", "--report", "", "--out", os.devnull)
+    code, _, err = cli("tune", "mlp", "--budget", "0.01s", "--report", "", "--out", os.devnull)
     text = " ".join(err.split())
     assert code == 2 and "Traceback" not in err
     need = re.search(r"need about (\d+) s in all", text)

@@ -7,7 +7,7 @@ import contextlib
 import typer
 from rich.markup import escape
 
-from torchsmith.debug.nan_sentinel import NonFiniteError
+from torchsmith.engine.nonfinite import NonFiniteError
 from torchsmith.distributed.checkpoint import DistCheckpointError
 from torchsmith.engine.oom import OOMError
 from torchsmith.engine.checkpoint import CheckpointError

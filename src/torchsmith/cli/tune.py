@@ -34,7 +34,7 @@ def tune_command(
                               device=device, knobs=knobs.split(",") if knobs else None, on_progress=progress)
         except WorkloadStepError as err:
             raise ValueError(str(err)) from None
-    report_path = write_report(result, report) if report else None
+    report_path = write_report(result, report) if report and report != Path("") else None  # --report "": none
     render_tune(result, console)
     console.print(f"plan written to [bold]{out}[/]" + (f", report to [bold]{report_path}[/]" if report_path else ""))
     console.print(f"use it: torchsmith run {workload or 'gpt-mini'} --plan {out}   or   "

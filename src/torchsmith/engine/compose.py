@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from torchsmith.debug.nan_sentinel import apply_nonfinite
+from torchsmith.engine.nonfinite import apply_nonfinite
 from torchsmith.engine.oom import apply_auto_microbatch
 from torchsmith.distributed.strategy import apply_parallel
 from torchsmith.transforms.parts import StepParts
@@ -51,7 +51,7 @@ def apply_plan(plan: Plan, parts: StepParts) -> list[Change]:
         lambda: apply_loss_impl(parts, plan.loss_impl),  # swaps lm_head's forward: before compile traces it
         lambda: apply_compile(parts.model, plan.compile, recover=parts.recover),
         lambda: apply_optimizer_impl(parts.optimizer, plan.optimizer),
-        lambda: apply_nonfinite(parts, plan.nonfinite),  # debug guards only set fields of the step
+        lambda: apply_nonfinite(parts, plan.nonfinite),  # step policies: they only set fields of the step
         lambda: apply_auto_microbatch(parts, plan.auto_microbatch),
         lambda: apply_parallel(parts, plan.parallel),
     ]
