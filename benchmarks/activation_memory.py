@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import statistics
 from contextlib import ExitStack
-from itertools import islice
 
 import torch
 

@@ -20,7 +20,6 @@ import statistics
 import time
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from torchsmith.measure.saved import count_saved_tensors

@@ -20,8 +20,8 @@ from itertools import islice
 
 import torch
 
-from torchsmith.engine.loop import build_step
 from torchsmith.batch import to_device
+from torchsmith.engine.loop import build_step
 from torchsmith.plan import Plan
 from torchsmith.profile.analysis import analyse_trace
 from torchsmith.profile.capture import CaptureConfig, StepCapture

@@ -12,8 +12,8 @@ import argparse
 import torch
 
 import torchsmith
-from torchsmith.measure.peak import machine_peak_flops
 from torchsmith.harness.run_metrics import measure_run_metrics
+from torchsmith.measure.peak import machine_peak_flops
 from torchsmith.workloads import gpt_mini
 
 

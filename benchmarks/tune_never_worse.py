@@ -19,7 +19,6 @@ from torchsmith.harness.run_metrics import flops_per_step, matmul_dtype
 from torchsmith.measure.peak import checked_mfu, machine_peak_flops
 from torchsmith.plan import Plan
 
-
 _PEAKS: dict = {}
 
 

@@ -40,9 +40,9 @@ if TYPE_CHECKING:
     from torchsmith.engine.loop import run
     from torchsmith.engine.step import prepare
     from torchsmith.plan import Plan
-    from torchsmith.tune import tune
-    from torchsmith.transforms.inference import inference
     from torchsmith.report.tune_html import write_report
+    from torchsmith.transforms.inference import inference
+    from torchsmith.tune import tune
     from torchsmith.workload import Workload, load_workload
 
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from glob import escape as glob_escape
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
+from glob import escape as glob_escape
 from pathlib import Path
-from typing import BinaryIO, Iterator
-
+from typing import BinaryIO
 
 _TEMP = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$")
 """Our temp names: ``.{final name}.{8 mkstemp characters}.tmp``."""

@@ -409,7 +409,7 @@ class Plan(_Config):
         return {"schema_version": SCHEMA_VERSION, **_to_json(self)}
 
     @classmethod
-    def from_dict(cls, data: Any) -> "Plan":
+    def from_dict(cls, data: Any) -> Plan:
         if not isinstance(data, dict):
             raise PlanError(f"a plan is a JSON object, found {type(data).__name__}")
         data = dict(data)
@@ -428,7 +428,7 @@ class Plan(_Config):
         return atomic_write_text(path, json.dumps(self.to_dict(), indent=2) + "\n")
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "Plan":
+    def load(cls, path: str | os.PathLike) -> Plan:
         path = Path(path)
         if path.is_dir():
             raise PlanError(f"plan file {str(path)!r} is a directory.\nTip: pass the plan.json inside it, "
@@ -450,7 +450,7 @@ class Plan(_Config):
         except PlanError as err:
             raise PlanError(f"{path}: {err}") from None
 
-    def replace(self, **changes: Any) -> "Plan":
+    def replace(self, **changes: Any) -> Plan:
         return dataclasses.replace(self, **changes)
 
     def describe(self) -> str:

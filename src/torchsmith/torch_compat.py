@@ -9,7 +9,8 @@ one named test and is fixed in this file alone.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn

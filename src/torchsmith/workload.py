@@ -29,9 +29,10 @@ import importlib
 import importlib.util
 import os
 import sys
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import torch
 from torch import nn

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 from torchsmith.data.loader import LoaderArgs, make_loader
 from torchsmith.data.loader_tune import tune_loader
 from torchsmith.engine.loop import run
-from torchsmith.plan import LoaderConfig, Plan
 from torchsmith.engine.registry import registered_transforms
+from torchsmith.plan import LoaderConfig, Plan
 from torchsmith.transforms.base import DeviceInfo, TransformError
 from torchsmith.transforms.loader import apply_loader
 from torchsmith.workloads import cnn_mini, cnn_pipeline, mlp

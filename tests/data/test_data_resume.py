@@ -8,8 +8,8 @@ import torch
 
 from torchsmith.data.loader import make_loader
 from torchsmith.data.mmap_dataset import MmapDataset
-from torchsmith.data.sampler import ResumableSampler
 from torchsmith.data.pack import pack_arrays
+from torchsmith.data.sampler import ResumableSampler
 from torchsmith.plan import LoaderConfig
 
 N, BATCH = 203, 8  # 25 full batches per epoch, 3 samples dropped

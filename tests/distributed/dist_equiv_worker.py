@@ -24,7 +24,8 @@ from torchsmith.distributed.runtime import shard_batch, shutdown
 from torchsmith.distributed.zero1 import optimizer_state_bytes
 from torchsmith.engine.loop import build_step
 from torchsmith.plan import DDP, FSDP2, MicroBatching, Plan, Zero1
-from torchsmith.workloads.mlp import mlp_loss, workload as mlp_workload
+from torchsmith.workloads.mlp import mlp_loss
+from torchsmith.workloads.mlp import workload as mlp_workload
 
 STEPS = 4
 

@@ -13,7 +13,8 @@ import signal
 
 import torch
 
-from torchsmith.workloads.mlp import mlp_loss, workload as mlp_workload
+from torchsmith.workloads.mlp import mlp_loss
+from torchsmith.workloads.mlp import workload as mlp_workload
 
 
 def _env(name: str) -> int | None:

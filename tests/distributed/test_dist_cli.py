@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 from dist_helpers import REPO
 
 pytestmark = [pytest.mark.multiprocess]

@@ -16,7 +16,6 @@ import time
 import urllib.request
 
 import pytest
-
 from dist_helpers import HERE
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]

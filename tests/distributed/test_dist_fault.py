@@ -11,8 +11,8 @@ import random
 
 import pytest
 import torch
-
 from dist_helpers import HERE, torchrun
+
 from torchsmith.distributed.checkpoint import load_model_tensors
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
@@ -90,8 +90,8 @@ def test_restart_budget_exhausted_names_the_rank_and_the_exception(tmp_path):
 def test_a_two_rank_checkpoint_loads_into_one_rank(reference, tmp_path):
     """Resharding on load: DCP lays the 2-rank model and optimizer state out for 1 rank."""
     import torch.distributed as dist
-
     from dist_fault_workload import workload
+
     from torchsmith.distributed.checkpoint import DistCheckpointer
     from torchsmith.engine.loop import build_step
     from torchsmith.plan import Plan

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from dist_helpers import HERE, torchrun
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]

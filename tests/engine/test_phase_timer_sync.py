@@ -31,6 +31,7 @@ def test_step_sync_is_once_per_step_and_phase_sync_is_opt_in(monkeypatch):
 
 def test_run_on_cpu_never_synchronises(monkeypatch):
     from toy_workloads import dropout_workload
+
     from torchsmith.engine.loop import run
 
     calls = []

@@ -1,14 +1,12 @@
 import os
-import pickle
-import shutil
 
 import pytest
 import torch
+from toy_workloads import dropout_workload
 
 from torchsmith.engine.checkpoint import CheckpointError, list_checkpoints, load_checkpoint, save_checkpoint
 from torchsmith.engine.loop import run
 from torchsmith.engine.manifest import write_manifest
-from toy_workloads import dropout_workload
 
 
 def test_resume_continues_bit_for_bit(tmp_path):

@@ -7,11 +7,15 @@ import time
 
 import pytest
 import torch
-
 from fault_helpers import cli, one_line_error, tiny, write_workload_file
+
 from torchsmith.engine import checkpoint as ckpt_mod
 from torchsmith.engine.checkpoint import (
-    CheckpointError, list_checkpoints, load_checkpoint, prune_checkpoints, save_checkpoint,
+    CheckpointError,
+    list_checkpoints,
+    load_checkpoint,
+    prune_checkpoints,
+    save_checkpoint,
 )
 from torchsmith.engine.identity import CheckpointDirError, ResumeMismatchError
 from torchsmith.engine.loop import run

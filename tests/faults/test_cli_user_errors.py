@@ -5,7 +5,6 @@ import socket
 
 import pytest
 import torch
-
 from fault_helpers import ANSI, cli, one_line_error, write_workload_file
 
 NONSCALAR = """

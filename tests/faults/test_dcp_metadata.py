@@ -6,10 +6,15 @@ import pickle
 
 import pytest
 import torch
-
 from fault_helpers import ANSI, tiny
+
 from torchsmith.distributed.checkpoint import (
-    MARKER, DistCheckpointError, DistCheckpointer, _digest, list_steps, load_model_tensors,
+    MARKER,
+    DistCheckpointer,
+    DistCheckpointError,
+    _digest,
+    list_steps,
+    load_model_tensors,
 )
 from torchsmith.distributed.safe_metadata import MetadataRefusedError, load_metadata
 from torchsmith.engine.loop import build_step

@@ -4,16 +4,13 @@ import math
 
 import pytest
 import torch
+from fault_helpers import cli, tiny, write_workload_file
 
-from fault_helpers import cli, write_workload_file
 from torchsmith.engine.checkpoint import list_checkpoints
 from torchsmith.engine.loop import RunFailedError, run
+from torchsmith.harness.compare import PlanMeasurement, _max_or_nan, _param_rel_diff
 from torchsmith.plan import Plan
 from torchsmith.tune.guard import GuardConfig, guard_rejection
-
-from torchsmith.harness.compare import PlanMeasurement, _max_or_nan, _param_rel_diff
-
-from fault_helpers import tiny
 
 NAN_AFTER = """
 import torch, torch.nn.functional as F, sys

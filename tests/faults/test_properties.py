@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, assume, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from torchsmith.data.mmap_dataset import MmapDataset
 from torchsmith.data.pack import pack_arrays

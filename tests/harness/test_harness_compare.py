@@ -3,8 +3,8 @@
 import statistics
 
 import pytest
-
 from toy_workloads import loader_workload
+
 from torchsmith.harness.compare import measure_plans
 from torchsmith.plan import LoaderConfig, Plan, Threads
 

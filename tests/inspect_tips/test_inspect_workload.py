@@ -10,7 +10,7 @@ from torch import nn
 from typer.testing import CliRunner
 
 from torchsmith.inspect import capture_inputs, inspect_workload, trace_shapes
-from torchsmith.workload import Workload, load_workload
+from torchsmith.workload import load_workload
 
 
 @pytest.fixture(scope="module")

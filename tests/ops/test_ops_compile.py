@@ -59,9 +59,9 @@ def test_compile_fullgraph_inductor():
 def test_chunked_loss_under_whole_model_compile():
     # apply_compile compiles the model's __call__ in place; the head's pass-through flag must be
     # guarded, so the training call (flag on) and a plain call (flag off) each get the right graph.
-    from torchsmith.transforms.parts import StepParts
     from torchsmith.plan import LossImpl
     from torchsmith.transforms.loss_impl import apply_loss_impl
+    from torchsmith.transforms.parts import StepParts
     from torchsmith.workloads.gpt_mini import GPT, GPTConfig, gpt_loss
 
     torch._dynamo.reset()

@@ -5,12 +5,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from torchsmith.transforms.parts import StepParts
 from torchsmith.engine.step import prepare
 from torchsmith.measure.memory import track_peak_memory
 from torchsmith.plan import Autocast, BF16Params, CompressSaved, LossImpl, MicroBatching, Plan
 from torchsmith.transforms.base import TransformError
 from torchsmith.transforms.loss_impl import apply_loss_impl
+from torchsmith.transforms.parts import StepParts
 from torchsmith.workloads.gpt_mini import GPT, GPTConfig, gpt_loss
 
 CHUNKED = LossImpl(impl="chunked", chunk_size=48)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
+from transforms_helpers import cnn_batch, cnn_loss, gpt_batch, gpt_loss, grads_of, one_thread, tiny_cnn, tiny_gpt  # noqa: F401 (one_thread: autouse fixture)
 
 from torchsmith.measure.memory import track_peak_memory
 from torchsmith.measure.saved import count_saved_tensors
 from torchsmith.plan import CheckpointBlocks, SelectiveCheckpoint
 from torchsmith.transforms.base import TransformError
 from torchsmith.transforms.checkpointing import apply_checkpointing
-from transforms_helpers import one_thread, cnn_batch, cnn_loss, gpt_batch, gpt_loss, grads_of, tiny_cnn, tiny_gpt  # noqa: F401 (one_thread: autouse fixture)
 
 
 def _saved(model, batch):

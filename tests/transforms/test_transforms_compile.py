@@ -8,14 +8,14 @@ import warnings
 import pytest
 import torch
 from torch._dynamo.backends.common import aot_autograd
+from transforms_helpers import gpt_batch, gpt_loss, one_thread, tiny_gpt  # noqa: F401 (one_thread: autouse fixture)
 
 from torchsmith.engine.loop import run
-from torchsmith.transforms.parts import StepParts
 from torchsmith.engine.step import train_step
 from torchsmith.plan import Compile, Plan
 from torchsmith.transforms.compile import apply_compile
+from torchsmith.transforms.parts import StepParts
 from torchsmith.workloads.gpt_mini import workload as gpt_workload
-from transforms_helpers import one_thread, gpt_batch, gpt_loss, tiny_gpt  # noqa: F401 (one_thread: autouse fixture)
 
 
 @pytest.fixture(autouse=True)

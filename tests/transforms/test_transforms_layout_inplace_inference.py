@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
+from transforms_helpers import cnn_batch, cnn_loss, gpt_batch, grads_of, one_thread, tiny_cnn, tiny_gpt  # noqa: F401 (one_thread: autouse fixture)
 
 from torchsmith.measure.memory import track_peak_memory
 from torchsmith.measure.saved import count_saved_tensors
@@ -13,7 +14,6 @@ from torchsmith.transforms.base import TransformError
 from torchsmith.transforms.inference import inference
 from torchsmith.transforms.inplace import apply_inplace
 from torchsmith.transforms.memory_format import apply_memory_format
-from transforms_helpers import one_thread, cnn_batch, cnn_loss, gpt_batch, grads_of, tiny_cnn, tiny_gpt  # noqa: F401 (one_thread: autouse fixture)
 
 # --- memory format ---------------------------------------------------------------------
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+from transforms_helpers import gpt_batch, gpt_loss, one_thread, tiny_gpt  # noqa: F401 (one_thread: autouse fixture)
 
-from torchsmith.transforms.parts import StepParts
 from torchsmith.engine.step import train_step
 from torchsmith.measure.memory import track_peak_memory
 from torchsmith.plan import MicroBatching, OptimizerImpl
 from torchsmith.transforms.base import TransformError
 from torchsmith.transforms.microbatching import apply_microbatching
 from torchsmith.transforms.optimizer_impl import apply_optimizer_impl
-from transforms_helpers import one_thread, gpt_batch, gpt_loss, tiny_gpt  # noqa: F401 (one_thread: autouse fixture)
+from torchsmith.transforms.parts import StepParts
 
 N_STEPS = 5
 

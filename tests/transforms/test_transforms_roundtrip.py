@@ -8,14 +8,35 @@ import dataclasses
 import pytest
 import torch
 from torch import nn
+from transforms_helpers import (  # noqa: F401 (one_thread: autouse fixture)
+    assert_state_equal,
+    cnn_batch,
+    cnn_loss,
+    gpt_batch,
+    gpt_loss,
+    one_thread,
+    state,
+    structure,
+    tiny_cnn,
+    tiny_gpt,
+)
 
-from torchsmith.transforms.parts import StepParts
+from torchsmith.engine.registry import registered_transforms
 from torchsmith.engine.step import train_step
 from torchsmith.plan import (
-    Autocast, BF16Params, CheckpointBlocks, Compile, CompressSaved, InPlace, LossImpl, MemoryFormat, MicroBatching,
-    OptimizerImpl, SelectiveCheckpoint, Threads,
+    Autocast,
+    BF16Params,
+    CheckpointBlocks,
+    Compile,
+    CompressSaved,
+    InPlace,
+    LossImpl,
+    MemoryFormat,
+    MicroBatching,
+    OptimizerImpl,
+    SelectiveCheckpoint,
+    Threads,
 )
-from torchsmith.engine.registry import registered_transforms
 from torchsmith.transforms.base import TransformError
 from torchsmith.transforms.checkpointing import apply_checkpointing
 from torchsmith.transforms.compile import apply_compile
@@ -24,12 +45,10 @@ from torchsmith.transforms.loss_impl import apply_loss_impl
 from torchsmith.transforms.memory_format import apply_memory_format
 from torchsmith.transforms.microbatching import apply_microbatching
 from torchsmith.transforms.optimizer_impl import apply_optimizer_impl
+from torchsmith.transforms.parts import StepParts
 from torchsmith.transforms.precision import apply_precision
 from torchsmith.transforms.saved_tensors import apply_saved_tensors
 from torchsmith.transforms.threads import apply_threads
-from transforms_helpers import (  # noqa: F401 (one_thread: autouse fixture)
-    one_thread, assert_state_equal, cnn_batch, cnn_loss, gpt_batch, gpt_loss, state, structure, tiny_cnn, tiny_gpt,
-)
 
 
 def conv_relu_net() -> nn.Module:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
+from transforms_helpers import gpt_batch, gpt_loss, grads_of, max_rel_error, one_thread, tiny_gpt  # noqa: F401 (one_thread: autouse fixture)
 
-from torchsmith.transforms.parts import StepParts
 from torchsmith.measure.memory import track_peak_memory
 from torchsmith.plan import CompressSaved, OffloadSaved
 from torchsmith.transforms.base import TransformError
+from torchsmith.transforms.parts import StepParts
 from torchsmith.transforms.saved_tensors import apply_saved_tensors, compress_saved
-from transforms_helpers import one_thread, gpt_batch, gpt_loss, grads_of, max_rel_error, tiny_gpt  # noqa: F401 (one_thread: autouse fixture)
 
 
 def _parts(model, device="cpu") -> StepParts:

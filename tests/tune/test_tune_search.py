@@ -3,13 +3,13 @@
 import textwrap
 
 import pytest
+from toy_workloads import loader_workload
 
 from torchsmith.harness.compare import measure_plans
 from torchsmith.plan import Autocast, MicroBatching, Plan
 from torchsmith.tune import GuardConfig, TuneError, WorkloadStepError, tune
 from torchsmith.tune.budget import parse_bytes, parse_duration
 from torchsmith.workload import load_workload
-from toy_workloads import loader_workload
 
 
 def stub_clock(seconds_for):

@@ -46,15 +46,15 @@ def _root(
 
 
 # Each import registers that group's commands on `app`.
-from torchsmith.cli import run as _run  # noqa: E402,F401
-from torchsmith.cli import tune as _tune  # noqa: E402,F401
-from torchsmith.cli import inspect as _inspect  # noqa: E402,F401
 from torchsmith.cli import bench as _bench  # noqa: E402,F401
-from torchsmith.cli import doctor as _doctor  # noqa: E402,F401
 from torchsmith.cli import data as _data  # noqa: E402,F401
 from torchsmith.cli import debug as _debug  # noqa: E402,F401
-from torchsmith.cli import launch as _launch  # noqa: E402,F401
 from torchsmith.cli import desync as _desync  # noqa: E402,F401  (registers `debug desync`)
+from torchsmith.cli import doctor as _doctor  # noqa: E402,F401
+from torchsmith.cli import inspect as _inspect  # noqa: E402,F401
+from torchsmith.cli import launch as _launch  # noqa: E402,F401
+from torchsmith.cli import run as _run  # noqa: E402,F401
+from torchsmith.cli import tune as _tune  # noqa: E402,F401
 
 
 def main() -> None:

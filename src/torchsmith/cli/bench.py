@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 import typer
 
@@ -20,7 +20,7 @@ def tips_command(
     workload: Optional[str] = typer.Argument(None, help=WORKLOAD_HELP + " Default: gpt-mini."),
     steps: int = typer.Option(6, "--steps", min=1, help="Timed steps per plan (median), after warm-up."),
     warmup: int = typer.Option(2, "--warmup", min=0, help="Untimed steps per plan first (compilation happens here)."),
-    only: Optional[List[str]] = typer.Option(None, "--only", help="Measure only this transform (repeatable), e.g. --only checkpointing."),
+    only: Optional[list[str]] = typer.Option(None, "--only", help="Measure only this transform (repeatable), e.g. --only checkpointing."),
     folklore: bool = typer.Option(True, "--folklore/--no-folklore", help="Also run the folklore checks."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1 or auto."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of tables."),

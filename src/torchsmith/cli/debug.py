@@ -85,9 +85,9 @@ def nan_command(
 
     Exits 1 when a non-finite value was found.
     """
+    from torchsmith.batch import to_device
     from torchsmith.debug.nan_sentinel import NaNSentinel
     from torchsmith.engine.loop import build_step, resolve_device
-    from torchsmith.batch import to_device
     from torchsmith.engine.step import _NULL_TIMER, _accumulate
     from torchsmith.plan import Plan
     from torchsmith.report.console import console

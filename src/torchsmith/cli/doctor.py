@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 import typer
 
@@ -14,7 +14,7 @@ from torchsmith.cli.common import WORKLOAD_HELP, user_errors
 
 @app.command("doctor")
 def doctor_command(
-    target: Optional[List[str]] = typer.Argument(
+    target: Optional[list[str]] = typer.Argument(
         None, help=WORKLOAD_HELP + " Default: gpt-mini. Or, after --, a command: -- python train.py --its --args"),
     steps: int = typer.Option(3, "--steps", min=1, max=20, help="Steps to record (1-20) after 1 first, 1 wait and 1 warm-up step."),
     report: Optional[Path] = typer.Option(None, "--report", help="Write a self-contained HTML report here."),
@@ -34,7 +34,8 @@ def doctor_command(
     torchsmith doctor --steps 5 -- python train.py --lr 3e-4
     """
     from torchsmith.profile.capture import CaptureConfig
-    from torchsmith.profile.doctor import DoctorError, doctor_script, doctor_workload, python_command, verify as verify_fixes
+    from torchsmith.profile.doctor import DoctorError, doctor_script, doctor_workload, python_command
+    from torchsmith.profile.doctor import verify as verify_fixes
     from torchsmith.report.console import console, error_console
     from torchsmith.report.doctor import doctor_to_dict, render_doctor, write_doctor_html
     from torchsmith.workload import BUILTIN_WORKLOADS, load_workload

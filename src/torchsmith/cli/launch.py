@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Optional
 
 import typer
 
@@ -12,7 +12,7 @@ from torchsmith.cli.common import user_errors
 
 @app.command("launch", context_settings={"allow_interspersed_args": False})
 def launch_command(
-    command: List[str] = typer.Argument(..., help="The torchsmith command each worker runs, after `--`: e.g. -- run mlp --steps 100."),
+    command: list[str] = typer.Argument(..., help="The torchsmith command each worker runs, after `--`: e.g. -- run mlp --steps 100."),
     nproc_per_node: int = typer.Option(1, "--nproc-per-node", min=1, help="Workers on this machine (one per GPU)."),
     nnodes: str = typer.Option("1", "--nnodes", help="N, or MIN:MAX for an elastic job that goes on with MIN nodes."),
     rdzv_backend: str = typer.Option("c10d", "--rdzv-backend", help="c10d (TCPStore on one node) or etcd-v2 (an etcd server)."),

@@ -10,8 +10,8 @@ Example::
 from torchsmith.data.loader import Loader, LoaderArgs, make_loader
 from torchsmith.data.loader_tune import LoaderTuneResult, tune_loader
 from torchsmith.data.mmap_dataset import MmapDataset, verify_store
-from torchsmith.data.sampler import ResumableSampler
 from torchsmith.data.pack import pack_arrays, pack_bytes, pack_source
+from torchsmith.data.sampler import ResumableSampler
 from torchsmith.data.store import StoreError, StoreWriter, read_index
 
 __all__ = [

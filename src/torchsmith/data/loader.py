@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, default_collate
@@ -43,14 +44,14 @@ class LoaderArgs:
     """``torch.set_num_threads`` inside each worker: 1 keeps workers from oversubscribing the
     cores the trainer's intra-op threads use."""
 
-    def resolve(self, cfg: LoaderConfig | None) -> "LoaderArgs":
+    def resolve(self, cfg: LoaderConfig | None) -> LoaderArgs:
         """These arguments with every non-None field of ``cfg`` applied."""
         if cfg is None:
             return self
         changes = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if getattr(cfg, f.name) is not None}
         return dataclasses.replace(self, **changes)
 
-    def effective(self) -> "LoaderArgs":
+    def effective(self) -> LoaderArgs:
         """What actually applies here: worker-only options drop with 0 workers, pinning without CUDA."""
         workers = self.num_workers > 0
         return dataclasses.replace(

@@ -22,8 +22,9 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import torch
 

@@ -155,7 +155,7 @@ class GradMonitor:
             h.remove()
         self._handles = []
 
-    def __enter__(self) -> "GradMonitor":
+    def __enter__(self) -> GradMonitor:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -29,14 +29,21 @@ Example::
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
 
 from torchsmith.engine.locate_nonfinite import (  # noqa: F401  (Finding, locate, step_finite: public here too)
-    OUTSIDE, Finding, clean_name, float_tensors, locate, replay, step_finite,
+    OUTSIDE,
+    Finding,
+    clean_name,
+    float_tensors,
+    locate,
+    replay,
+    step_finite,
 )
 from torchsmith.engine.nonfinite import NonFiniteError  # noqa: F401  (raised by NaNSentinel users' code paths)
 from torchsmith.seeding import rng_state
@@ -147,7 +154,7 @@ class NaNSentinel:
     def close(self) -> None:
         self._pause()
 
-    def __enter__(self) -> "NaNSentinel":
+    def __enter__(self) -> NaNSentinel:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -14,9 +14,9 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
-from torchsmith.transforms.parts import StepParts
 from torchsmith.plan import DDP
 from torchsmith.transforms.base import Change, TransformError, mark_applied
+from torchsmith.transforms.parts import StepParts
 
 _HOOKS = {"bf16": default_hooks.bf16_compress_hook, "fp16": default_hooks.fp16_compress_hook}
 

@@ -12,10 +12,10 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
-from torchsmith.structure import discover
-from torchsmith.transforms.parts import StepParts
 from torchsmith.plan import FSDP2
+from torchsmith.structure import discover
 from torchsmith.transforms.base import Change, TransformError, mark_applied
+from torchsmith.transforms.parts import StepParts
 
 
 def apply_fsdp2(parts: StepParts, cfg: FSDP2) -> Change:

@@ -12,9 +12,9 @@ import torch.distributed as dist
 from torchsmith.distributed.ddp import apply_ddp
 from torchsmith.distributed.fsdp2 import apply_fsdp2
 from torchsmith.distributed.zero1 import apply_zero1
-from torchsmith.transforms.parts import StepParts
 from torchsmith.plan import DDP, FSDP2, Parallel, Single, Zero1
 from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo
+from torchsmith.transforms.parts import StepParts
 
 
 def apply_parallel(parts: StepParts, cfg: Parallel) -> Change:

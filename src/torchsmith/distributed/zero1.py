@@ -13,9 +13,9 @@ import torch
 from torch.distributed.optim import ZeroRedundancyOptimizer
 
 from torchsmith.distributed.ddp import apply_ddp
-from torchsmith.transforms.parts import StepParts
 from torchsmith.plan import DDP, Zero1
 from torchsmith.transforms.base import Change, TransformError
+from torchsmith.transforms.parts import StepParts
 
 
 def apply_zero1(parts: StepParts, cfg: Zero1) -> Change:

@@ -18,15 +18,21 @@ import os
 import pickle
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from torchsmith.atomic import atomic_file, remove_orphan_temps
 from torchsmith.engine.manifest import (
-    Manifest, ManifestError, manifest_path, read_manifest, verify_file, write_manifest,
+    Manifest,
+    ManifestError,
+    manifest_path,
+    read_manifest,
+    verify_file,
+    write_manifest,
 )
 from torchsmith.text import first_line, format_bytes
 

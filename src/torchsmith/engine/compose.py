@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from torchsmith.distributed.strategy import apply_parallel
 from torchsmith.engine.nonfinite import apply_nonfinite
 from torchsmith.engine.oom import apply_auto_microbatch
-from torchsmith.distributed.strategy import apply_parallel
-from torchsmith.transforms.parts import StepParts
 from torchsmith.plan import Plan
 from torchsmith.transforms.base import Change
 from torchsmith.transforms.checkpointing import apply_checkpointing
@@ -15,6 +14,7 @@ from torchsmith.transforms.loss_impl import apply_loss_impl
 from torchsmith.transforms.memory_format import apply_memory_format
 from torchsmith.transforms.microbatching import apply_microbatching
 from torchsmith.transforms.optimizer_impl import apply_optimizer_impl
+from torchsmith.transforms.parts import StepParts
 from torchsmith.transforms.precision import apply_precision
 from torchsmith.transforms.saved_tensors import apply_saved_tensors
 from torchsmith.transforms.threads import apply_threads

@@ -24,8 +24,8 @@ import torch.distributed as dist
 
 from torchsmith.distributed.checkpoint import DistCheckpointer, DistLoaded, list_steps
 from torchsmith.distributed.runtime import DistContext, init_from_env, mean_over_ranks, shard_batch
-from torchsmith.seeding import rng_state
 from torchsmith.plan import DDP, Plan, Single
+from torchsmith.seeding import rng_state
 
 
 class DistSession:
@@ -37,7 +37,7 @@ class DistSession:
 
     @classmethod
     def from_env(cls, device: torch.device, checkpoint_dir: str | os.PathLike | None,
-                 **checkpoint_options: Any) -> "DistSession | None":
+                 **checkpoint_options: Any) -> DistSession | None:
         ctx = init_from_env(device)
         return cls(ctx, checkpoint_dir, **checkpoint_options) if ctx is not None else None
 

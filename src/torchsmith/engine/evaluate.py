@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from itertools import islice
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 from torch import nn

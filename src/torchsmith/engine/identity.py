@@ -47,10 +47,10 @@ class RunIdentity:
     plan: str
 
     @classmethod
-    def fresh(cls, workload: str, plan: str) -> "RunIdentity":
+    def fresh(cls, workload: str, plan: str) -> RunIdentity:
         return cls(uuid.uuid4().hex, workload, plan)
 
-    def adopt(self, run_id: str) -> "RunIdentity":
+    def adopt(self, run_id: str) -> RunIdentity:
         """The same fingerprints under a resumed run's id."""
         return dataclasses.replace(self, run_id=run_id or self.run_id)
 

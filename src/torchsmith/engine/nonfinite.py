@@ -8,7 +8,8 @@ it raises, skips the optimizer step, or warns, as configured.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn

@@ -12,8 +12,17 @@ from __future__ import annotations
 
 from torchsmith.distributed import strategy
 from torchsmith.transforms import (
-    checkpointing, compile, inplace, loader, loss_impl, memory_format, microbatching, optimizer_impl,
-    precision, saved_tensors, threads,
+    checkpointing,
+    compile,
+    inplace,
+    loader,
+    loss_impl,
+    memory_format,
+    microbatching,
+    optimizer_impl,
+    precision,
+    saved_tensors,
+    threads,
 )
 from torchsmith.transforms.base import TransformInfo
 

@@ -19,7 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from torchsmith.engine.checkpoint import (
-    CheckpointError, list_checkpoints, load_latest_checkpoint, prune_checkpoints, remove_checkpoints, save_checkpoint,
+    CheckpointError,
+    list_checkpoints,
+    load_latest_checkpoint,
+    prune_checkpoints,
+    remove_checkpoints,
+    save_checkpoint,
 )
 from torchsmith.engine.identity import CheckpointDirError, RunIdentity, check_writable
 from torchsmith.engine.step import Step

@@ -14,13 +14,13 @@ import torch
 from torch import nn
 
 from torchsmith.batch import batch_len, split_batch, to_device
+from torchsmith.engine.compose import apply_plan
 from torchsmith.engine.oom import next_microbatches
 from torchsmith.measure.oom import attach_explanation, is_oom
-from torchsmith.engine.compose import apply_plan
-from torchsmith.transforms.parts import LossFn, StepParts
 from torchsmith.measure.timing import PhaseTimer
 from torchsmith.plan import Plan
 from torchsmith.transforms.base import Change
+from torchsmith.transforms.parts import LossFn, StepParts
 from torchsmith.workload import check_scalar_loss
 
 

@@ -28,9 +28,10 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 
@@ -166,7 +167,7 @@ def _prefetch_depth(plan: Plan) -> int:
 
 
 @contextmanager
-def _own_rng(state: "_State") -> Iterator[None]:
+def _own_rng(state: _State) -> Iterator[None]:
     """Run with this plan's own global-RNG stream, then hand the caller's back."""
     outer = rng_state()
     assert state.rng is not None  # only states that built (error is None) run steps
@@ -197,7 +198,7 @@ class _State:
     _close: Callable[[], None] | None = None
 
     @classmethod
-    def build(cls, workload: Workload, plan: Plan, device: torch.device, compare_steps: int | None = None) -> "_State":
+    def build(cls, workload: Workload, plan: Plan, device: torch.device, compare_steps: int | None = None) -> _State:
         from torchsmith.transforms.loader import apply_loader
 
         try:
@@ -258,7 +259,7 @@ class _State:
             self._close()
             self._close = None
 
-    def result(self, ref: "_State", warmup: int, summary: Callable[[list[float]], float]) -> PlanMeasurement:
+    def result(self, ref: _State, warmup: int, summary: Callable[[list[float]], float]) -> PlanMeasurement:
         if self.error is not None or not self.times:
             return PlanMeasurement(self.plan, None, error=self.error or "no step ran", refused=self.refused)
         losses = torch.stack(self.losses).float().tolist()

@@ -7,12 +7,12 @@ from typing import Any
 
 import torch
 
-from torchsmith.engine.loop import RunResult, resolve_device
-from torchsmith.seeding import seed_everything
 from torchsmith.batch import to_device
+from torchsmith.engine.loop import RunResult, resolve_device
 from torchsmith.measure.flops import count_flops
 from torchsmith.measure.peak import checked_mfu, machine_peak_flops
 from torchsmith.plan import Autocast, BF16Params, Plan
+from torchsmith.seeding import seed_everything
 from torchsmith.workload import Workload
 
 

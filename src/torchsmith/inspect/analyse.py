@@ -20,8 +20,8 @@ from itertools import islice
 import torch
 from torch import nn
 
-from torchsmith.engine.loop import build_step, resolve_device
 from torchsmith.batch import to_device
+from torchsmith.engine.loop import build_step, resolve_device
 from torchsmith.inspect.graph import GraphInfo, capture_inputs, trace_shapes
 from torchsmith.measure.flops import count_flops
 from torchsmith.measure.memory import memory_split, tensor_bytes, track_peak_memory

@@ -24,11 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-
-from torchsmith.torch_compat import in_backward
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
+from torchsmith.torch_compat import in_backward
 
 __all__ = ["FlopStats", "count_flops"]
 

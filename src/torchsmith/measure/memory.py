@@ -31,16 +31,16 @@ Example::
 from __future__ import annotations
 
 import weakref
-from types import GeneratorType
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 from dataclasses import dataclass
+from types import GeneratorType
 from typing import Any
 
 import torch
 from torch import nn
-from torchsmith.torch_compat import is_traceable_wrapper_subclass, profiler_event_tree, profiler_running, storage_key
 
 from torchsmith.measure.quiet import native_stderr_silenced
+from torchsmith.torch_compat import is_traceable_wrapper_subclass, profiler_event_tree, profiler_running, storage_key
 
 __all__ = [
     "MemoryStats",

@@ -15,9 +15,10 @@ import contextlib
 import gc
 import re
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from torch import nn

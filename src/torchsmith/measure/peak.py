@@ -24,10 +24,10 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -251,7 +251,7 @@ def machine_peak_flops(
         device=name,
         threads=threads,
         size=size,
-        measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
         load_per_core=load_now,
         cached=False,
     )

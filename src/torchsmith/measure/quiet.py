@@ -11,8 +11,8 @@ from __future__ import annotations
 import io
 import os
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 
 @contextmanager

@@ -26,9 +26,10 @@ import os
 import signal
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
@@ -86,7 +87,7 @@ class StepCapture:
     """Hooks, a scheduled profiler and the facts of one capture; see the module docstring."""
 
     def __init__(self, cfg: CaptureConfig, out_dir: str | os.PathLike,
-                 claim: Callable[[], bool] | None = None, on_done: Callable[["StepCapture"], None] | None = None):
+                 claim: Callable[[], bool] | None = None, on_done: Callable[[StepCapture], None] | None = None):
         self.cfg = cfg
         self.out_dir = Path(out_dir)
         self.trace_path = self.out_dir / "trace.json"
@@ -108,7 +109,7 @@ class StepCapture:
 
     # -- lifecycle ------------------------------------------------------------------
 
-    def __enter__(self) -> "StepCapture":
+    def __enter__(self) -> StepCapture:
         self.install()
         return self
 

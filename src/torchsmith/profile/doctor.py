@@ -33,8 +33,8 @@ from torchsmith.profile.analysis import TraceAnalysis, analyse_trace
 from torchsmith.profile.capture import MAX_ACTIVE_STEPS, CaptureConfig, Facts, StepCapture
 from torchsmith.profile.rules import DoctorContext, Finding, diagnose
 from torchsmith.profile.thread_probe import PROBE_STEPS
-from torchsmith.workload import Workload
 from torchsmith.text import first_line
+from torchsmith.workload import Workload
 
 
 class DoctorError(ValueError):

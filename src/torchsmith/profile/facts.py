@@ -48,7 +48,7 @@ class Facts:
         return json.dumps(dataclasses.asdict(self))
 
     @classmethod
-    def from_json(cls, text: str) -> "Facts":
+    def from_json(cls, text: str) -> Facts:
         return cls(**json.loads(text))
 
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Literal
+from typing import Literal
 
 from torchsmith.plan import Compile, LoaderConfig, OptimizerImpl, Plan, Threads
 from torchsmith.profile.analysis import TraceAnalysis

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from torchsmith.report.console import fmt_bytes, fmt_rate, fmt_seconds
+from torchsmith.report.console import fmt_bytes, fmt_seconds
 
 
 def render_pack(index: Any, dest: Path, seconds: float, console: Console) -> None:

@@ -6,15 +6,16 @@ from __future__ import annotations
 import base64
 import io
 import math
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from torchsmith.debug.gradcheck import GradcheckReport
 from torchsmith.debug.grad_monitor import GradReport
+from torchsmith.debug.gradcheck import GradcheckReport
 from torchsmith.debug.graph import GraphReport
 from torchsmith.debug.nan_sentinel import Finding
 from torchsmith.report.html import esc, figure_to_img, page, table

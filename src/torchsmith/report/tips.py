@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from torchsmith.report.console import fmt_bytes, fmt_seconds
-from torchsmith.tips import TipsReport, TipRow
+from torchsmith.tips import TipRow, TipsReport
 
 
 def _x(v: float | None) -> str:

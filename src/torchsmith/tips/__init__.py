@@ -9,9 +9,10 @@ Example::
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Callable
+from datetime import UTC, datetime, timezone
+from typing import Any
 
 from torchsmith.harness.compare import PlanMeasurement
 from torchsmith.measure.fingerprint import MachineFingerprint, machine_fingerprint
@@ -55,7 +56,7 @@ def run_tips(workload: Workload, *, steps: int = 6, warmup: int = 2, device: Any
                       warmup=warmup, baseline=baseline, rows=rows, folklore=checks,
                       load_average=((load_before, load_after)
                                     if load_before is not None and load_after is not None else None),
-                      finished_utc=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+                      finished_utc=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))
 
 
 def _load() -> float | None:

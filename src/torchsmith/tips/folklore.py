@@ -15,8 +15,9 @@ from __future__ import annotations
 import statistics
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn

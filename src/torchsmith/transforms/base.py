@@ -12,8 +12,9 @@ that list and nothing else enumerates transforms by hand.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Literal
 
 from torch import nn
 

@@ -33,8 +33,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from torchsmith.transforms.parts import StepParts
 from torchsmith.transforms.base import Change, TransformError, mark_applied
+from torchsmith.transforms.parts import StepParts
 
 LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 

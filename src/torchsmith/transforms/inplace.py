@@ -31,8 +31,8 @@ import torch
 from torch import fx, nn
 
 from torchsmith.plan import InPlace
-from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo, mark_applied
 from torchsmith.text import first_line
+from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo, mark_applied
 
 # Activation modules with an `inplace` flag.
 ACTIVATIONS = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.ELU, nn.CELU, nn.SELU, nn.SiLU, nn.Hardswish,

@@ -7,7 +7,8 @@ once per run, so persistent workers live across epochs, and its Change stops the
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from torchsmith.plan import LoaderConfig, Threads
 from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo

@@ -37,18 +37,19 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from torchsmith.transforms.parts import LossFn, StepParts
 from torchsmith.ops.linear_cross_entropy import linear_cross_entropy
 from torchsmith.plan import LossImpl
 from torchsmith.structure import StructureError, discover
 from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo, mark_applied
+from torchsmith.transforms.parts import LossFn, StepParts
 
 _DEFER = "_torchsmith_defer"
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from torchsmith.transforms.parts import StepParts
 from torchsmith.plan import MicroBatching
 from torchsmith.transforms.base import Change, DeviceInfo, TransformInfo
+from torchsmith.transforms.parts import StepParts
 
 
 def apply_microbatching(parts: StepParts, cfg: MicroBatching) -> Change:

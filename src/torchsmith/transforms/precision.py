@@ -6,9 +6,9 @@ import functools
 
 import torch
 
-from torchsmith.transforms.parts import StepParts
 from torchsmith.plan import FP32, Autocast, BF16Params, Precision
 from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo
+from torchsmith.transforms.parts import StepParts
 
 
 def apply_precision(parts: StepParts, cfg: Precision) -> Change:

@@ -27,9 +27,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from torchsmith.transforms.parts import StepParts
 from torchsmith.plan import CompressSaved, KeepSaved, OffloadSaved, SavedTensors
 from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo
+from torchsmith.transforms.parts import StepParts
 
 
 @dataclass
@@ -66,7 +66,7 @@ class compress_saved(torch.autograd.graph.saved_tensors_hooks):
         self._cache: dict[tuple, tuple[weakref.ref, torch.Tensor]] = {}
         super().__init__(self._pack, _unpack)
 
-    def __enter__(self) -> "compress_saved":  # type: ignore[override]  # torch types it -> None; `as c` wants self
+    def __enter__(self) -> compress_saved:  # type: ignore[override]  # torch types it -> None; `as c` wants self
         super().__enter__()
         return self
 

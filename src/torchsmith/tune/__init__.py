@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import sys
 import types
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from torchsmith.harness.compare import StepTimer, wall_clock
 from torchsmith.tune.budget import parse_bytes, parse_duration

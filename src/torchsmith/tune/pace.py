@@ -40,7 +40,7 @@ class Pace:
 
     @classmethod
     def calibrated(cls, budget_seconds: float, step_seconds: float, warmup: int, plans_to_measure: int,
-                   start: float) -> "Pace":
+                   start: float) -> Pace:
         """Steps per plan so that ``plans_to_measure`` plans fit ``MEASURED_SHARE`` of what is left."""
         spent = time.perf_counter() - start
         steps = int((budget_seconds - spent) * MEASURED_SHARE / (plans_to_measure * step_seconds)) - warmup

@@ -40,7 +40,7 @@ class Candidate:
 
     @classmethod
     def from_measurement(cls, m: PlanMeasurement, base: PlanMeasurement, knob: str, status: Status,
-                         reason: str = "", change: str = "") -> "Candidate":
+                         reason: str = "", change: str = "") -> Candidate:
         speed = base.step_seconds / m.step_seconds if m.step_seconds and base.step_seconds else None
         mem = (m.peak_memory_bytes / base.peak_memory_bytes
                if m.peak_memory_bytes and base.peak_memory_bytes else None)

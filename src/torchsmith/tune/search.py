@@ -28,8 +28,9 @@ import logging
 import math
 import time
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -38,7 +39,16 @@ from torchsmith.harness.compare import PlanMeasurement, StepTimer, measure_plans
 from torchsmith.measure.fingerprint import machine_fingerprint
 from torchsmith.plan import Plan
 from torchsmith.tune.choose import (
-    LARGE_WIN, KnobVerdict, choose, describe_move, failure_status, fits, pooled, rejection, seconds, unsure,
+    LARGE_WIN,
+    KnobVerdict,
+    choose,
+    describe_move,
+    failure_status,
+    fits,
+    pooled,
+    rejection,
+    seconds,
+    unsure,
 )
 from torchsmith.tune.guard import GuardConfig
 from torchsmith.tune.mfu import tuned_mfu

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
 import numpy as np
 import torch

@@ -34,9 +34,9 @@ import math
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Iterable
 
 import numpy as np
 import torch

@@ -19,8 +19,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Iterator
 from importlib import resources
-from typing import Iterator
 
 import torch
 import torch.nn.functional as F
