@@ -144,7 +144,9 @@ def _read_facts(run: ScriptRun, cfg: ScriptRunConfig) -> None:
     f = run.facts
     run.losses = f.get("losses", [])
     run.applied = f.get("applied", {})
-    run.written_files = f.get("written_files", [])
+    # Files gone when the run ended were its temporary files (tempfile's probes, cache writes
+    # renamed into place): not side effects a user needs to know about.
+    run.written_files = [p for p in f.get("written_files", []) if os.path.exists(p)]
     run.peak_memory_bytes = f.get("peak_memory_bytes")
     ends = f.get("step_ends", [])[cfg.warmup - 1:] if cfg.warmup >= 1 else f.get("step_ends", [])
     if len(ends) >= 2:
