@@ -159,17 +159,21 @@ def _compile(model: nn.Module, cfg: Any) -> str:
     return f"applied: {type(model).__name__}.compile()"
 
 
-def repeated_blocks(model: nn.Module) -> tuple[str, nn.Module] | None:
-    """The model's repeated blocks: the ModuleList/Sequential of >= 2 same-type children with the
-    most parameters. A local stand-in for ``torchsmith.structure`` (not on this branch)."""
+def repeated_blocks(model: nn.Module) -> tuple[str, list[nn.Module]] | None:
+    """The model's repeated blocks: in a ModuleList/Sequential, the >= 2 children of one type that
+    hold the most parameters (a Sequential's head or embedding of another type is left out). A local
+    stand-in for ``torchsmith.structure``, which is not on this branch."""
     best, best_n = None, 0
     for name, m in model.named_modules():
         if not isinstance(m, (nn.ModuleList, nn.Sequential)) or len(m) < 2:
             continue
-        kinds = {type(c) for c in m}
-        n = sum(p.numel() for p in m.parameters())
-        if len(kinds) == 1 and n > best_n:
-            best, best_n = (name, m), n
+        by_type: dict[type, list[nn.Module]] = {}
+        for c in m:
+            by_type.setdefault(type(c), []).append(c)
+        for kids in by_type.values():
+            n = sum(p.numel() for c in kids for p in c.parameters())
+            if len(kids) >= 2 and n > best_n:
+                best, best_n = (name, kids), n
     return best
 
 
@@ -181,6 +185,6 @@ def _checkpoint_blocks(model: nn.Module, cfg: Any) -> str:
         return "not applied: no repeated blocks (a ModuleList of same-type layers) in the model"
     name, blocks = found
     shim = nn.Module()  # apply_checkpointing reads `model.blocks`
-    shim.blocks = blocks
+    shim.blocks = nn.ModuleList(blocks)
     change = apply_checkpointing(shim, cfg)
     return f"applied: {change.summary} at {name}"

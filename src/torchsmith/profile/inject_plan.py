@@ -5,8 +5,8 @@ apply a plan's knobs to an unmodified script, and (when tuning) measure a window
 see :class:`InjectSpec`). Process-wide knobs (threads, matmul precision, cudnn.benchmark) are set
 at once; the optimizer and DataLoader knobs become constructor defaults, used only where the
 script left that argument at PyTorch's default; model knobs (autocast, compile, checkpointing)
-go on the trained model when the optimizer first steps. The trained model is the outermost
-module called in that first step whose parameters the optimizer holds, so step 1 always runs
+go on the trained model at the end of the optimizer's first step. The trained model is the
+outermost module called in that first step whose parameters the optimizer holds, so step 1 always runs
 as written (it is warm-up in every measurement).
 
 When tuning, the process also seeds torch/numpy/random, records the loss of every step (the
@@ -183,9 +183,12 @@ class PlanInjection:
     # -- the step hooks ---------------------------------------------------------------------
 
     def _pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self._optimizer is not None:
-            return
-        self._optimizer = weakref.ref(optimizer)
+        if self._optimizer is None:
+            self._optimizer = weakref.ref(optimizer)  # the trained optimizer: the first one to step
+
+    def _find_model(self, optimizer: Any) -> None:
+        """At the end of the first step. Not at its start: Lightning and other closure-style loops
+        run the forward inside ``optimizer.step(closure)``."""
         for h in self._forward_hooks:
             h.remove()
         self._forward_hooks = []
@@ -194,7 +197,7 @@ class PlanInjection:
         if model is None:
             if self._needs_model():
                 self.facts.applied["model"] = ("not applied: no module whose parameters this optimizer holds was "
-                                               "called in training mode before its first step")
+                                               "called in training mode during its first step")
             return
         self.facts.model = type(model).__name__
         self.facts.device = str(next(model.parameters()).device)
@@ -203,7 +206,11 @@ class PlanInjection:
         knobs.apply_model_knobs(model, self.plan, self.facts.applied)
 
     def _post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self._optimizer is None or self._optimizer() is not optimizer or not self.tuning:
+        if self._optimizer is None or self._optimizer() is not optimizer:
+            return
+        if self._forward_hooks:
+            self._find_model(optimizer)
+        if not self.tuning:
             return
         import torch
 

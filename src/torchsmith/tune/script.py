@@ -163,7 +163,7 @@ def tune_script(command: list[str], cfg: ScriptTuneConfig = ScriptTuneConfig(), 
                      f"{best_c.speedup or 0:.2f}x in the final side-by-side proof: the as-written plan is kept")
         best, best_c, best_run = Plan(), base_c, None
     return ScriptTuneResult(
-        workload=shown, plan=best, baseline=base_c, best=best_c, candidates=candidates, throughput_unit="steps",
+        workload=shown, plan=best, baseline=base_c, best=best_c, candidates=candidates, throughput_unit="steps/s",
         items_per_step=None, budget_seconds=cfg.budget_seconds, elapsed_seconds=elapsed(),
         memory_limit_bytes=cfg.memory_limit, guard=guard, fingerprint=machine_fingerprint(), device=str(dev),
         baseline_losses=reference, best_losses=best_run.losses if best_run else reference, skipped=skipped,
