@@ -86,9 +86,10 @@ def patch_dataloader(cfg: Any, applied: dict[str, str], seen: list[dict[str, Any
         orig(self, **{**call, **set_here})
         seen.append({"num_workers": self.num_workers, "pin_memory": bool(self.pin_memory),
                      "persistent_workers": bool(self.persistent_workers), "prefetch_factor": self.prefetch_factor})
-        if wanted:
-            applied["loader"] = ("applied: " + ", ".join(f"{k}={v}" for k, v in set_here.items()) if set_here
-                                 else "as written: the script set every loader argument")
+        if wanted and set_here:
+            applied["loader"] = "applied: " + ", ".join(f"{k}={v}" for k, v in set_here.items())
+        elif wanted:  # e.g. accelerate re-creating the loader from the first one's values keeps "applied"
+            applied.setdefault("loader", "as written: the script set every loader argument")
 
     DataLoader.__init__ = __init__  # also with no loader knob: the report lists the loaders seen
 
