@@ -98,8 +98,8 @@ def run_script(command: list[str], plan: Plan, cfg: ScriptRunConfig = ScriptRunC
     if run.facts.get("window_done"):
         return run
     if hung:
-        run.error = (f"hung: still running after its time limit of {cfg.timeout_s:.0f} s, "
-                     f"{steps} of {needed} steps done; stopped")
+        run.error = (f"hung: still running after its time limit of {cfg.timeout_s:.0f} s, before the end of "
+                     f"its {needed}-step window; stopped")
     elif run.exit_code:
         run.error = f"crashed with exit code {run.exit_code} after {steps} steps: {_last_error(output)}"
     elif not run.facts:
