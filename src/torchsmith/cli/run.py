@@ -35,10 +35,10 @@ def run_command(
     torchsmith run gpt-mini --plan plan.json --steps 200
     torchsmith run --plan plan.json -- python train.py --lr 3e-4   (exit code passed through)
     """
-    from torchsmith.workload import BUILTIN_WORKLOADS
+    from torchsmith.cli.run_script import is_command
 
     args = list(target or [])
-    if len(args) > 1 or (len(args) == 1 and args[0] not in BUILTIN_WORKLOADS and ":" not in args[0]):
+    if is_command(args):
         from torchsmith.cli.run_script import run_script_command
 
         raise typer.Exit(run_script_command(args, plan))

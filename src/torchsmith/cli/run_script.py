@@ -8,6 +8,24 @@ from pathlib import Path
 from typing import Optional
 
 
+def is_command(args: list[str]) -> bool:
+    """``run``/``tune`` arguments that name a command (given after ``--``) rather than a workload.
+
+    Several words are a command; one word is a command only if it is a program or a file and not a
+    workload name or spec, so ``run nope-workload`` still says the workload does not resolve."""
+    import os
+    import shutil
+
+    from torchsmith.workload import BUILTIN_WORKLOADS
+
+    if len(args) != 1:
+        return len(args) > 1
+    word = args[0]
+    if word in BUILTIN_WORKLOADS or ":" in word:
+        return False
+    return shutil.which(word) is not None or os.path.isfile(word)
+
+
 def run_script_command(command: list[str], plan_path: Optional[Path]) -> int:
     """Run ``command`` with the plan injected; return its exit code (killed by signal N: 128 + N, as a shell)."""
     from torchsmith.cli.common import user_errors

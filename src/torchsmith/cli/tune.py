@@ -31,10 +31,10 @@ def tune_command(
     torchsmith tune gpt-mini --budget 3m
     torchsmith tune --budget 5m -- python train.py --lr 3e-4
     """
-    from torchsmith.workload import BUILTIN_WORKLOADS
+    from torchsmith.cli.run_script import is_command
 
     args = list(target or [])
-    if len(args) > 1 or (len(args) == 1 and args[0] not in BUILTIN_WORKLOADS and ":" not in args[0]):
+    if is_command(args):
         from torchsmith.cli.tune_script import tune_script_command
 
         return tune_script_command(args, budget=budget, memory_limit=memory_limit, out=out, report=report,
