@@ -41,6 +41,8 @@ def main() -> None:
     print(f"script tune:   {s.plan.describe():<60} says {s.speedup or 1:.2f}x in {s.elapsed_seconds:.0f} s")
     for c in s.candidates:
         print(f"   {c.status:<9} {c.change:<50} {c.speedup or 0:.2f}x  {c.reason[:80]}")
+    for knob, why in s.skipped:
+        print(f"   not searched: {knob}: {why}")
     w = torchsmith.load_workload(str(SCRIPT.parent / "workload.py") + ":workload")
     wt = torchsmith.tune(w, budget=args.budget)
     print(f"workload tune: {wt.plan.describe():<60} says {wt.speedup or 1:.2f}x in {wt.elapsed_seconds:.0f} s")

@@ -7,7 +7,7 @@ over its own. The search is greedy over the knobs, like the workload tuner: each
 top of the best plan so far and kept when it passes the guard (``script_guard``), fits the memory
 limit, and beats the best by more than the noise margin. A run that crashes, hangs or changes the
 loss is recorded with its reason and the search goes on. The winner is proved against the
-baseline at the end (best B best); when it is not faster there, the as-written plan is returned.
+baseline at the end (B best B, the first B being the last of the search); when it is not faster there, the as-written plan is returned.
 
 Example::
 
@@ -121,7 +121,7 @@ def tune_script(command: list[str], cfg: ScriptTuneConfig = ScriptTuneConfig(), 
     if cfg.memory_limit is None:
         skipped += [(d.name, "trades speed for memory; pass --memory-limit to search it") for d in dims if d.saves_memory]
         dims = [d for d in dims if not d.saves_memory]
-    total = 2 + sum(2 * len(d.moves()) for d in dims) + 3
+    total = 2 + sum(2 * len(d.moves()) for d in dims) + 2
 
     reference = b1.losses
     base_times = [b1.step_seconds, b2.step_seconds]
@@ -134,7 +134,8 @@ def tune_script(command: list[str], cfg: ScriptTuneConfig = ScriptTuneConfig(), 
             plan = best.replace(**move)
             if plan == best:
                 continue
-            need = (run_cost * 2 + (COMPILE_EXTRA_SECONDS if plan.compile.enabled else 0)) + 3 * run_cost
+            # This candidate and the baseline after it, then the proof (best, baseline).
+            need = run_cost * 2 + (COMPILE_EXTRA_SECONDS if plan.compile.enabled else 0) + 2 * run_cost
             if elapsed() + need > cfg.budget_seconds:
                 skipped.append((dim.name, f"budget: {plan.describe()} needs ~{need:.0f} s with the proof, "
                                           f"{cfg.budget_seconds - elapsed():.0f} s left"))
@@ -220,7 +221,8 @@ def _with(c: Candidate, status: Status, reason: str) -> Candidate:
 
 def _prove(measure, best: Plan, last_base: ScriptRun, timeout: float, reference: list[float], guard: GuardConfig,
            cfg: ScriptTuneConfig, b1: ScriptRun) -> tuple[Candidate, Candidate, ScriptRun | None]:
-    """best, baseline, best beside the last baseline: the speedup is median baseline / median best."""
+    """The best plan, then the baseline: with the search's last baseline before it, the best run sits
+    between two baselines; the speedup is their median step time over the best's."""
     base_c = Candidate(Plan(), "baseline", "baseline", last_base.step_seconds, 1.0, b1.peak_memory_bytes, 1.0,
                        0.0, None, None, "", "as written")
     if best == Plan():
@@ -228,8 +230,7 @@ def _prove(measure, best: Plan, last_base: ScriptRun, timeout: float, reference:
     limit = timeout + (COMPILE_EXTRA_SECONDS if best.compile.enabled else 0)
     first = measure(best, "proof: " + best.describe(), limit)
     base = measure(Plan(), "proof: baseline", timeout)
-    second = measure(best, "proof: " + best.describe(), limit)
-    bests = [r for r in (first, second) if r.ok]
+    bests = [first] if first.ok else []
     bases = [r.step_seconds for r in (last_base, base) if r.ok and r.step_seconds]
     if not bests:
         failed = _candidate(first, bases, reference, guard, cfg.memory_limit, "best", b1.peak_memory_bytes)
