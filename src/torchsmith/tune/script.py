@@ -7,7 +7,8 @@ over its own. The search is greedy over the knobs, like the workload tuner: each
 top of the best plan so far and kept when it passes the guard (``script_guard``), fits the memory
 limit, and beats the best by more than the noise margin. A run that crashes, hangs or changes the
 loss is recorded with its reason and the search goes on. The winner is proved against the
-baseline at the end (B best B, the first B being the last of the search); when it is not faster there, the as-written plan is returned.
+baseline at the end (B best B, the first B being the last of the search); when it is not faster
+there, the as-written plan is returned.
 
 Example::
 
