@@ -128,6 +128,9 @@ def tune_script(command: list[str], cfg: ScriptTuneConfig = ScriptTuneConfig(), 
     base_times = [b1.step_seconds, b2.step_seconds]
     last_base = b2
     best, best_speed = Plan(), 1.0
+    # Over the memory limit as written: the first plan that fits (and keeps the loss) wins however
+    # slow it is, then only faster plans that fit replace it.
+    best_fits = cfg.memory_limit is None or (b1.peak_memory_bytes or 0) <= cfg.memory_limit
     candidates: list[Candidate] = []
     done = 2
     for dim in dims:
@@ -151,8 +154,8 @@ def tune_script(command: list[str], cfg: ScriptTuneConfig = ScriptTuneConfig(), 
             around = [t for t in (last_base.step_seconds, after.step_seconds if after.ok else None) if t]
             last_base = after if after.ok else last_base
             cand = _candidate(c, around, reference, guard, cfg.memory_limit, dim.name, b1.peak_memory_bytes)
-            if cand.status == "accepted" and (cand.speedup or 0) > best_speed * (1 + NOISE_MARGIN):
-                best, best_speed = plan, cand.speedup or 1.0
+            if cand.status == "accepted" and (not best_fits or (cand.speedup or 0) > best_speed * (1 + NOISE_MARGIN)):
+                best, best_speed, best_fits = plan, cand.speedup or 1.0, True
             elif cand.status == "accepted":
                 cand = _with(cand, "slower", f"{cand.speedup:.2f}x does not beat the best so far "
                                              f"({best_speed:.2f}x) by more than {NOISE_MARGIN:.0%}")
@@ -160,7 +163,9 @@ def tune_script(command: list[str], cfg: ScriptTuneConfig = ScriptTuneConfig(), 
 
     progress(done, total, "proof", best, best_speed)
     base_c, best_c, best_run = _prove(measure, best, last_base, timeout, reference, guard, cfg, b1)
-    if best != Plan() and (best_c.status != "accepted" or not best_c.speedup or best_c.speedup < 1.0):
+    fits_only_tuned = cfg.memory_limit is not None and (b1.peak_memory_bytes or 0) > cfg.memory_limit
+    if best != Plan() and (best_c.status != "accepted" or (
+            not fits_only_tuned and (not best_c.speedup or best_c.speedup < 1.0))):
         notes.append(f"{best.describe()} was {best_speed:.2f}x in the search but "
                      f"{best_c.speedup or 0:.2f}x in the final side-by-side proof: the as-written plan is kept")
         best, best_c, best_run = Plan(), base_c, None
