@@ -86,3 +86,15 @@ def test_script_that_chose_its_optimizer_implementation_keeps_it(tmp_path):
                    "--optim", "adamw_torch_fused", "--out", str(tmp_path / "hf"))
     assert seen["fused"] is True and not seen["foreach"]
     assert r.applied["optimizer"].startswith("as written"), r.applied
+
+
+def test_knobs_reach_the_nanogpt_style_example():
+    script = Path(__file__).parent.parent.parent / "examples" / "nanogpt_style" / "train.py"
+    plan = ALL.replace(compile=Compile(), loader=LoaderConfig())  # compile is covered above; it has no DataLoader
+    r = run_script([sys.executable, str(script), "--n-layer", "2", "--n-embd", "64", "--batch-size", "4"], plan, SHORT)
+    assert r.ok, r.error
+    assert r.facts["model"] == "GPT" and r.facts["optimizer"]["fused"] == [True, True]
+    for knob in ("threads", "optimizer", "precision", "checkpointing"):
+        assert r.applied[knob].startswith("applied"), (knob, r.applied)
+    assert "transformer.h" in r.applied["checkpointing"]
+    assert not r.written_files or all("ckpt" not in f for f in r.written_files)  # TORCHSMITH_TUNE=1: no saving
