@@ -49,7 +49,10 @@ def script_sections(r) -> list[str]:
     written = ("<h2>Side effects: files each run opened for writing</h2><p class=sub>Runs carry TORCHSMITH_TUNE=1 "
                "in their environment so a script can skip its own saving; temporary files gone at the end of a run "
                "are left out.</p>" + _raw_table(rows))
-    return ["<h2>Reproducibility of the baseline</h2>" + spread, use, applied, written]
+    guard = ("<p>For a script the guard compares the loss of every step (the scalars passed to backward, "
+             f"summed per optimizer step) over the first {r.guard.steps} steps, within {r.guard.loss_rtol:.2%}; "
+             "no parameters come back from a script run, so the parameter check above does not apply.</p>")
+    return ["<h2>Reproducibility of the baseline</h2>" + spread + guard, use, applied, written]
 
 
 def _raw_table(rows: list[tuple[str, str]]) -> str:
