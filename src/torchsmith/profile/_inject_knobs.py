@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import functools
 import inspect
-import logging
 from typing import Any
 
 import torch
 from torch import nn
 
-log = logging.getLogger("torchsmith.inject")
+from torchsmith.text import first_line
 
 
 def patch_optimizers(impl: str, applied: dict[str, str]) -> None:
@@ -48,7 +47,7 @@ def _optimizer_init(cls: type, orig: Any, impl: str, key: str, applied: dict[str
             orig(self, params, *args, **{**kwargs, key: value})
             applied["optimizer"] = f"applied: {cls.__name__}(..., {key}={value})"
         except (RuntimeError, ValueError) as err:  # e.g. fused on a device or dtype it does not support
-            applied["optimizer"] = f"not applied: {cls.__name__}({key}={value}) refused: {str(err).splitlines()[0]}"
+            applied["optimizer"] = f"not applied: {cls.__name__}({key}={value}) refused: {first_line(err)}"
             orig(self, params, *args, **kwargs)
 
     __init__._torchsmith_orig = orig  # type: ignore[attr-defined]

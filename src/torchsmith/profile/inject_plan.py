@@ -18,7 +18,6 @@ files it opens for writing (an audit hook), writes ``result.json`` and exits cle
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 import time
@@ -28,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 ENV_KEY = "TORCHSMITH_PLAN"
-log = logging.getLogger("torchsmith.inject")
 
 
 @dataclass(frozen=True, kw_only=True)
