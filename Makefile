@@ -16,8 +16,12 @@ install: $(VENV)/.installed
 demo: install
 	$(VENV)/bin/torchsmith tune --budget 3m --out plan.json --report report.html
 
+# The checks first (seconds), then the suite: layers point one way, lint, types, tests.
 test: install
 	bash scripts/install_test_tools.sh
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/mypy
 	$(PY) -m pytest -q
 
 clean:

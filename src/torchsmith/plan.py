@@ -377,6 +377,20 @@ class LoaderConfig(_Config):
     (``MmapDataset``); the same for per-sample decoding."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class Backend(_Config):
+    """Process-wide backend switches. Applied by the script injection (``torchsmith tune --
+    python train.py``); a workload sets them in its own code. None keeps the script's value."""
+
+    matmul_precision: Literal["highest", "high", "medium"] | None = None
+    """``torch.set_float32_matmul_precision``: "high" lets fp32 matmuls use TF32 on Ampere+ GPUs
+    (10-bit mantissa inputs, fp32 accumulation); "medium" also allows bf16 inputs. Faster matmuls,
+    ~1e-3 relative error per product."""
+    cudnn_benchmark: bool | None = None
+    """``torch.backends.cudnn.benchmark``: time the cuDNN conv algorithms on each new input shape and
+    keep the fastest (CUDA only). Costs a few slow first steps; with changing shapes it re-times often."""
+
+
 # --- the plan -----------------------------------------------------------------------
 
 
@@ -404,6 +418,7 @@ class Plan(_Config):
     inplace: InPlace = InPlace()
     loader: LoaderConfig = LoaderConfig()
     loss_impl: LossImpl = LossImpl()
+    backend: Backend = Backend()
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, **_to_json(self)}

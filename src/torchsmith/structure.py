@@ -6,8 +6,10 @@ names differ: ``transformer.h`` in GPT-2, ``model.layers`` in Llama, ``vit.encod
 ViT, ``resnet.encoder.stages`` in ResNet, ``blocks`` in the built-in workloads. The rules:
 
 * blocks: every ``nn.ModuleList`` / ``nn.Sequential`` whose children all have the same class
-  (and hold parameters) is a candidate. A candidate nested inside another one (the two convolutions of a ResNet
-  layer inside a stage) never competes with it. Among the outermost candidates the longest
+  (and hold parameters) is a candidate; so is the longest run of two or more consecutive
+  same-class children of a mixed one (``nn.Sequential(*blocks, head)``, as small scripts
+  write). A candidate nested inside another one (the two convolutions of a ResNet layer
+  inside a stage) never competes with it. Among the outermost candidates the longest
   wins; a tie for the longest is ambiguous and nothing is guessed: the error lists what was
   found, and ``Workload(blocks="path")`` names the one to use;
 * head: ``model.get_output_embeddings()`` where the model has it (Hugging Face models), else
@@ -54,6 +56,9 @@ class ModelStructure:
     head: nn.Module | None
     tied: list[tuple[str, ...]] = field(default_factory=list)
     """Parameter names that share one tensor, one tuple per shared parameter, in registration order."""
+    block_range: tuple[int, int] | None = None
+    """``(start, stop)``: the blocks are ``blocks[start:stop]`` (a run inside a mixed container);
+    None means every child of ``blocks``."""
     candidates: tuple[str, ...] = ()
     """Every block container found, outermost first, e.g. ``"transformer.h (4 x GPT2Block)"``."""
     problem: str | None = None
@@ -71,7 +76,8 @@ class ModelStructure:
                 "Tip: name them in the workload, e.g. Workload(..., blocks='model.layers'), or leave this knob off."
             )
         prefix = f"{self.blocks_path}." if self.blocks_path else ""
-        return [(f"{prefix}{i}", block) for i, block in enumerate(self.blocks)]
+        start, stop = self.block_range or (0, len(self.blocks))
+        return [(f"{prefix}{i}", self.blocks[i]) for i in range(start, stop)]
 
 
 def set_hint(model: nn.Module, *, blocks: str | None = None, head: str | None = None) -> nn.Module:
@@ -102,8 +108,8 @@ def discover(model: nn.Module, *, blocks: str | None = None, head: str | None = 
     blocks = blocks if blocks is not None else hint_blocks
     head = head if head is not None else hint_head
     found = _candidates(model)
-    listed = tuple(_describe(path, mod) for path, mod in found)
-    problem = None
+    listed = tuple(_describe(*candidate) for candidate in found)
+    problem, block_range = None, None
     if blocks is not None:
         container = _named(model, blocks, "blocks", listed)
         if not isinstance(container, (nn.ModuleList, nn.Sequential)) or len(container) == 0:
@@ -115,14 +121,14 @@ def discover(model: nn.Module, *, blocks: str | None = None, head: str | None = 
             )
         blocks_path: str | None = blocks
     else:
-        container, blocks_path, problem = _pick(found, listed, type(model).__name__)
+        container, blocks_path, block_range, problem = _pick(found, listed, type(model).__name__)
     if head is not None:
         head_module: nn.Module | None = _named(model, head, "head", listed)
         head_path: str | None = head
     else:
         head_path, head_module = _find_head(model)
     return ModelStructure(blocks_path=blocks_path, blocks=container, head_path=head_path, head=head_module,
-                          tied=_tied(model), candidates=listed, problem=problem)
+                          tied=_tied(model), block_range=block_range, candidates=listed, problem=problem)
 
 
 def _named(model: nn.Module, path: str, what: str, listed: tuple[str, ...]) -> nn.Module:
@@ -136,39 +142,62 @@ def _named(model: nn.Module, path: str, what: str, listed: tuple[str, ...]) -> n
         ) from None
 
 
-def _candidates(model: nn.Module) -> list[tuple[str, nn.Module]]:
+_Candidate = tuple[str, "nn.ModuleList | nn.Sequential", tuple[int, int]]
+"""(path, container, (start, stop)): the run of same-class children that would be the blocks."""
+
+
+def _candidates(model: nn.Module) -> list[_Candidate]:
     """Outermost containers of same-class children, in module order (nested ones are dropped)."""
-    out: list[tuple[str, nn.Module]] = []
+    out: list[_Candidate] = []
     for path, module in model.named_modules():
         if not isinstance(module, (nn.ModuleList, nn.Sequential)) or len(module) == 0:
             continue
-        if len({type(child) for child in module}) != 1:
-            continue
-        if next(module.parameters(), None) is None:  # e.g. a stack of activations: nothing to wrap or shard
+        run = _longest_run(module)
+        if run is None:
             continue
         # named_modules walks parents before children: a path under a kept one is nested in it.
-        if any(path.startswith(f"{p}.") or p == "" for p, _ in out):
+        if any(path.startswith(f"{p}.") or p == "" for p, _, _ in out):
             continue
-        out.append((path, module))
+        out.append((path, module, run))
     return out
 
 
-def _describe(path: str, module: nn.Module) -> str:
-    return f"{path or '<model>'} ({len(module)} x {type(module[0]).__name__})"
+def _longest_run(container: nn.ModuleList | nn.Sequential) -> tuple[int, int] | None:
+    """``(start, stop)`` of the longest run of consecutive same-class children holding parameters:
+    the whole container when all children share a class, else a run of at least two (the blocks
+    of ``nn.Sequential(*blocks, head)``); None when there is none (e.g. a stack of activations)."""
+    children = list(container)
+    best: tuple[int, int] | None = None
+    start = 0
+    for i in range(1, len(children) + 1):
+        if i == len(children) or type(children[i]) is not type(children[start]):
+            if next(children[start].parameters(), None) is not None and (best is None or i - start > best[1] - best[0]):
+                best = (start, i)
+            start = i
+    if best is None or (best[1] - best[0] < 2 and best != (0, len(children))):
+        return None
+    return best
 
 
-def _pick(found: list[tuple[str, nn.Module]], listed: tuple[str, ...],
-          model_name: str) -> tuple[nn.Module | None, str | None, str | None]:
+def _describe(path: str, module: nn.ModuleList | nn.Sequential, run: tuple[int, int]) -> str:
+    where = path or "<model>"
+    if run != (0, len(module)):
+        where += f"[{run[0]}:{run[1]}]"
+    return f"{where} ({run[1] - run[0]} x {type(module[run[0]]).__name__})"
+
+
+def _pick(found: list[_Candidate], listed: tuple[str, ...],
+          model_name: str) -> tuple[nn.Module | None, str | None, tuple[int, int] | None, str | None]:
     if not found:
-        return None, None, (f"{model_name} has no nn.ModuleList or nn.Sequential of same-class layers "
-                            "(searched the whole module tree).")
-    longest = max(len(m) for _, m in found)
-    best = [(p, m) for p, m in found if len(m) == longest]
+        return None, None, None, (f"{model_name} has no nn.ModuleList or nn.Sequential of same-class layers "
+                                  "(searched the whole module tree).")
+    longest = max(stop - start for _, _, (start, stop) in found)
+    best = [c for c in found if c[2][1] - c[2][0] == longest]
     if len(best) > 1:
-        return None, None, (f"{model_name} has {len(best)} block containers of the same length {longest}, so "
-                            f"which one is meant is ambiguous. Found: {', '.join(listed)}.")
-    path, module = best[0]
-    return module, path, None
+        return None, None, None, (f"{model_name} has {len(best)} block containers of the same length {longest}, "
+                                  f"so which one is meant is ambiguous. Found: {', '.join(listed)}.")
+    path, module, run = best[0]
+    return module, path, (None if run == (0, len(module)) else run), None
 
 
 def _find_head(model: nn.Module) -> tuple[str | None, nn.Module | None]:

@@ -101,3 +101,20 @@ def test_parameterless_lists_are_not_blocks():
     model = nn.Sequential(nn.ReLU(), nn.ReLU(), nn.ReLU())
     s = discover(model)
     assert s.blocks is None and "no nn.ModuleList" in s.problem
+
+
+def test_a_run_of_blocks_inside_a_mixed_sequential_is_found():
+    # nn.Sequential(*blocks, head), as small scripts (and a Lightning module of tests/tune/scripts) write it.
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return x + self.fc(x)
+
+    model = nn.Sequential(nn.Linear(4, 4), Block(), Block(), Block(), nn.Linear(4, 2))
+    s = discover(model)
+    assert s.blocks is model and s.block_range == (1, 4)
+    assert [p for p, _ in s.block_items("checkpointing")] == ["1", "2", "3"]
+    assert s.candidates == ("<model>[1:4] (3 x Block)",)

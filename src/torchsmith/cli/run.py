@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -15,7 +15,9 @@ from torchsmith.cli.common import WORKLOAD_HELP, user_errors
 
 @app.command("run")
 def run_command(
-    workload: Optional[str] = typer.Argument(None, help=WORKLOAD_HELP + " Default: gpt-mini."),
+    target: Optional[List[str]] = typer.Argument(
+        None, help=WORKLOAD_HELP + " Default: gpt-mini. Or, after --, a command run to completion with the plan "
+                                   "injected: --plan plan.json -- python train.py --its --args"),
     plan: Optional[Path] = typer.Option(None, "--plan", help="plan.json from `torchsmith tune`; default: as written."),
     steps: int = typer.Option(100, "--steps", min=1, help="Total optimizer steps of the run (a resume continues up to this)."),
     eval_every: Optional[int] = typer.Option(None, "--eval-every", min=1, help="Validation loss every K steps (and at the end)."),
@@ -33,7 +35,20 @@ def run_command(
     async_checkpoint: bool = typer.Option(False, "--async-checkpoint", help="Under torchrun: write DCP checkpoints in the background."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of a table."),
 ) -> None:
-    """Train WORKLOAD with a plan: progress bar, exact checkpoint and resume, and a summary table."""
+    """Train WORKLOAD with a plan: progress bar, exact checkpoint and resume, and a summary table.
+
+    \b
+    torchsmith run gpt-mini --plan plan.json --steps 200
+    torchsmith run --plan plan.json -- python train.py --lr 3e-4   (exit code passed through)
+    """
+    from torchsmith.cli.run_script import is_command
+
+    args = list(target or [])
+    if is_command(args):
+        from torchsmith.cli.run_script import run_script_command
+
+        raise typer.Exit(run_script_command(args, plan))
+    workload = args[0] if args else None
     from torchsmith.engine.loop import RunFailedError, run
     from torchsmith.harness.run_metrics import measure_run_metrics
     from torchsmith.plan import Plan

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -13,15 +13,33 @@ from torchsmith.cli.common import WORKLOAD_HELP, user_errors
 
 @app.command("tune")
 def tune_command(
-    workload: Optional[str] = typer.Argument(None, help=WORKLOAD_HELP + " Default: gpt-mini."),
+    target: Optional[List[str]] = typer.Argument(
+        None, help=WORKLOAD_HELP + " Default: gpt-mini. Or, after --, a command: -- python train.py --its --args"),
     budget: str = typer.Option("5m", "--budget", help="Wall-clock budget for the whole search, e.g. 90s, 5m, 1h."),
     memory_limit: Optional[str] = typer.Option(None, "--memory-limit", help="Reject plans whose measured peak exceeds this, e.g. 8GB, 512MiB."),
     out: Path = typer.Option(Path("plan.json"), "--out", help="Where to write the winning plan."),
     report: Optional[Path] = typer.Option(Path("report.html"), "--report", help="Self-contained HTML report."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda or auto."),
     knobs: Optional[str] = typer.Option(None, "--knobs", help="Search only these knobs, comma-separated, e.g. threads,compile."),
+    window: int = typer.Option(10, "--window", min=2, help="Scripts: measured optimizer steps per run (after 3 warm-up steps)."),
+    on_spread: str = typer.Option("guard", "--on-spread", help="Scripts: if two as-written runs differ in loss, "
+                                  "'guard' (widen the guard by that spread, saying so) or 'refuse'."),
 ) -> None:
-    """Find the fastest plan for WORKLOAD that keeps the loss unchanged, prove it, write plan.json."""
+    """Find the fastest plan for WORKLOAD that keeps the loss unchanged, prove it, write plan.json.
+
+    \b
+    torchsmith tune gpt-mini --budget 3m
+    torchsmith tune --budget 5m -- python train.py --lr 3e-4
+    """
+    from torchsmith.cli.run_script import is_command
+
+    args = list(target or [])
+    if is_command(args):
+        from torchsmith.cli.tune_script import tune_script_command
+
+        return tune_script_command(args, budget=budget, memory_limit=memory_limit, out=out, report=report,
+                                   knobs=knobs, window=window, on_spread=on_spread)
+    workload = args[0] if args else None
     from torchsmith.report.console import console
     from torchsmith.report.tune import render_tune, tune_progress
     from torchsmith.report.tune_html import write_report

@@ -56,6 +56,10 @@ def render_tune_html(r: TuneResult) -> str:
         "<h2>Use it</h2><pre>step = torchsmith.prepare(torchsmith.Plan.load(\"plan.json\"), model, optimizer, loss_fn)\n"
         "for batch in loader:\n    loss = step(batch)</pre>",
     ]
+    if getattr(r, "command", None):  # a script: how to apply the plan to it, and its side effects
+        from torchsmith.report.tune_script import script_sections
+
+        sections[-1:] = script_sections(r)
     return page(f"torchsmith tune · {r.workload}", f"{r.device} · {len(r.candidates)} candidates measured", sections)
 
 

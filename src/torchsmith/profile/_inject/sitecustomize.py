@@ -16,6 +16,14 @@ if os.environ.get("TORCHSMITH_DOCTOR"):
     except Exception as err:  # never break the user's script for the sake of the doctor
         sys.stderr.write(f"torchsmith doctor: could not hook this process ({type(err).__name__}: {err})\n")
 
+if os.environ.get("TORCHSMITH_PLAN"):  # `torchsmith tune -- ...` / `torchsmith run --plan P -- ...`
+    try:
+        from torchsmith.profile.inject_plan import install_from_env as _install_plan
+
+        _install_plan()
+    except Exception as err:  # reported, and the script runs as written
+        sys.stderr.write(f"torchsmith: could not apply the plan in this process ({type(err).__name__}: {err})\n")
+
 
 def _chain() -> None:
     import importlib.machinery

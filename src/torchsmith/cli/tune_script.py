@@ -1,0 +1,35 @@
+"""``torchsmith tune -- python train.py ...``: tune an unmodified script (see torchsmith.tune.script)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+
+def tune_script_command(command: list[str], *, budget: str, memory_limit: Optional[str], out: Path,
+                        report: Optional[Path], knobs: Optional[str], window: int, on_spread: str) -> None:
+    from torchsmith.cli.common import user_errors
+    from torchsmith.profile.doctor import python_command
+    from torchsmith.report.console import console
+    from torchsmith.report.tune import render_tune, tune_progress
+    from torchsmith.report.tune_html import write_report
+    from torchsmith.report.tune_script import render_script_tune
+    from torchsmith.tune.budget import parse_bytes, parse_duration
+    from torchsmith.tune.script import ScriptTuneConfig, tune_script
+    from torchsmith.tune.script_run import ScriptRunConfig
+
+    with user_errors():
+        if on_spread not in ("guard", "refuse"):
+            raise ValueError(f"--on-spread must be 'guard' or 'refuse', got {on_spread!r}.\n"
+                             "Tip: --on-spread refuse stops when the script's own losses do not repeat.")
+        cfg = ScriptTuneConfig(budget_seconds=parse_duration(budget), memory_limit=parse_bytes(memory_limit),
+                               run=ScriptRunConfig(window=window), on_spread=on_spread,
+                               knobs=tuple(knobs.split(",")) if knobs else None)
+        cmd = python_command(command)
+        with tune_progress() as progress:
+            result = tune_script(cmd, cfg, on_progress=progress)
+        result.plan.save(out)
+        report_path = write_report(result, report) if report and report != Path("") else None  # --report "": none
+    render_tune(result, console)
+    render_script_tune(result, out, console)
+    console.print(f"plan written to [bold]{out}[/]" + (f", report to [bold]{report_path}[/]" if report_path else ""))

@@ -1,0 +1,64 @@
+"""The knobs ``tune -- python train.py`` can turn from outside a script, as candidate plan changes.
+
+A subset of the workload search space: the knobs the injection applies (threads, precision as
+bf16 autocast, optimizer implementation, DataLoader workers, compile, checkpointing) plus the
+backend switches, each with the candidate values its transform registers for this device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from torchsmith.plan import Autocast, Backend, CheckpointBlocks, Compile, Plan
+from torchsmith.transforms.base import DeviceInfo
+from torchsmith.tune.space import Dimension, search_space
+
+SCRIPT_KNOBS = ("threads", "precision", "optimizer", "loader", "backend", "compile", "checkpointing")
+"""In the order they are tried: cheap process-wide knobs first, compile (slow to start) last."""
+UNSUPPORTED_FIELDS = ("microbatching", "parallel", "nonfinite", "auto_microbatch", "saved_tensors",
+                      "memory_format", "inplace", "loss_impl")
+"""Plan fields the injection cannot apply to a script (they need the step built by torchsmith)."""
+
+
+def script_space(device: DeviceInfo, *, uses_loader: bool) -> list[Dimension]:
+    """Candidate moves per knob for a script on ``device``; loader knobs only when it uses a DataLoader."""
+    by_name = {d.name: d for d in search_space(device)}
+    dims: list[Dimension] = []
+    for name in SCRIPT_KNOBS:
+        if name == "backend":
+            values = _backend_values(device)
+            if values:
+                dims.append(Dimension("backend", "backend", tuple(values), False))
+            continue
+        d = by_name.get(name)
+        if d is None or (name == "loader" and not uses_loader):
+            continue
+        values = tuple(v for v in d.candidates if _supported(name, v))
+        joint = tuple((v, c) for v, c in d.joint if _supported(name, v))
+        if values or joint:
+            dims.append(replace(d, candidates=values, joint=joint))
+    return dims
+
+
+def _supported(name: str, value: Any) -> bool:
+    if name == "precision":
+        return isinstance(value, Autocast) and value.dtype == "bfloat16"  # fp16 would need a GradScaler in the loop
+    if name == "compile":
+        return value == Compile(enabled=True)  # regional compile needs the block layout of a torchsmith model
+    if name == "checkpointing":
+        return isinstance(value, CheckpointBlocks) and value.every == 1
+    return True
+
+
+def _backend_values(device: DeviceInfo) -> list[Backend]:
+    if device.type == "cuda":
+        return [Backend(matmul_precision="high"), Backend(cudnn_benchmark=True)]
+    return []  # on CPU, fp32 matmul precision only matters with oneDNN bf16 paths: left as written
+
+
+def unsupported_knobs(plan: Plan) -> list[str]:
+    """Fields of ``plan`` that differ from as written but cannot be applied to a script."""
+    base = Plan()
+    return [f for f in UNSUPPORTED_FIELDS if getattr(plan, f) != getattr(base, f)] + (
+        ["precision"] if not isinstance(plan.precision, (type(base.precision), Autocast)) else [])
