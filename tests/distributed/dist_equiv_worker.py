@@ -60,7 +60,7 @@ def main() -> None:
     dist.init_process_group("gloo", timeout=timedelta(seconds=60))
     rank, world = dist.get_rank(), dist.get_world_size()
     w = mlp_workload(seed=0, batch_size=32, train_rows=512, val_rows=64, width=32, depth=2)
-    batches = [b for b, _ in zip(w.iter_batches(), range(STEPS))]
+    batches = [b for b, _ in zip(w.iter_batches(), range(STEPS), strict=False)]
     res: dict = {"rank": rank, "world": world}
 
     single, _, _ = train(w, Plan(), batches, rank, world, full=True)

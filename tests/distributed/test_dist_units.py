@@ -85,7 +85,7 @@ def one_rank_group(tmp_path):
 
 
 def _train(step, w, n):
-    for batch, _ in zip(w.iter_batches(), range(n)):
+    for batch, _ in zip(w.iter_batches(), range(n), strict=False):
         step(batch)
 
 

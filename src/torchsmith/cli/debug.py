@@ -101,7 +101,7 @@ def nan_command(
         with NaNSentinel(step.model) as sentinel, step_progress(f"{w.name}: NaN sentinel", steps, quiet=as_json) as advance:
             for _ in range(steps):
                 batch = to_device(next(batches), parts.device)
-                finding = sentinel.watch(lambda: _accumulate(parts, batch, _NULL_TIMER))
+                finding = sentinel.watch(lambda: _accumulate(parts, batch, _NULL_TIMER))  # noqa: B023 - watch calls it before returning
                 done += 1
                 if finding is not None:
                     break

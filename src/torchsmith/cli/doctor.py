@@ -86,7 +86,7 @@ def _verify(workload, result, verify_fixes, quiet: bool) -> None:
         verify_fixes(workload, result, on_step=lambda done, total: progress.update(task, completed=done, total=total))
 
 
-class _null:
+class _null:  # noqa: N801 - used as a function
     def __enter__(self):
         return self
 

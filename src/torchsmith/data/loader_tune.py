@@ -102,7 +102,7 @@ def _drain(loader: Any, epoch: int, batches: int) -> int:
         loader.set_limit(batches)  # a short but complete epoch: no prefetched work is thrown away
     n = 0
     it = iter(loader)
-    for _ in zip(range(batches), it):
+    for _ in zip(range(batches), it, strict=False):
         n += 1
     if hasattr(it, "close"):
         it.close()  # a generator over a DataLoader: let it drop its iterator now

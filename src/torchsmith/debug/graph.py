@@ -78,7 +78,7 @@ def _quiet():
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             yield
     finally:
-        for lg, level in zip(loggers, levels):
+        for lg, level in zip(loggers, levels, strict=True):
             lg.setLevel(level)
 
 

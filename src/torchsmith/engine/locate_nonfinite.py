@@ -214,9 +214,9 @@ def replay(model: nn.Module, fn: Callable[[], Any], rng: dict[str, Any]) -> Find
     try:
         return locate(model, fn)
     finally:
-        for p, g in zip(params, grads):
+        for p, g in zip(params, grads, strict=True):
             p.grad = g
         with torch.no_grad():
-            for b, saved in zip(model.buffers(), buffers):
+            for b, saved in zip(model.buffers(), buffers, strict=True):
                 b.copy_(saved)
         set_rng_state(after)

@@ -259,7 +259,7 @@ def _float64_tensor_arg(e: dict[str, Any]) -> bool:
     """A float64 *tensor* argument. The profiler records a Python float (``0.5 * x``) as
     ``double`` with empty dims, which is no float64 training at all."""
     args = e.get("args", {})
-    return any(t == "double" and d for t, d in zip(args.get("Input type", []), args.get("Input Dims", [])))
+    return any(t == "double" and d for t, d in zip(args.get("Input type", []), args.get("Input Dims", []), strict=False))
 
 
 

@@ -130,7 +130,7 @@ class StepCapture:
         self._orig_iter = orig = DataLoader.__iter__
         capture = self
 
-        def __iter__(loader):
+        def __iter__(loader):  # noqa: N807 - installed as DataLoader.__iter__
             capture._note_loader(loader)
             return orig(loader)
 
@@ -339,7 +339,7 @@ class StepCapture:
             self._complete()
 
 
-class _sigint_deferred:
+class _sigint_deferred:  # noqa: N801 - used as a function
     """Hold SIGINT while the window is exported; a Ctrl-C that arrived meanwhile acts after."""
 
     def __enter__(self) -> None:

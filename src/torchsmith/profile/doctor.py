@@ -196,7 +196,7 @@ def verify(workload: Workload, report: DoctorReport, *, steps: int = 6, device: 
     if step_fixes:
         ms = measure_plans(workload, [base] + [f.verify_plan for f in step_fixes], warmup=2, steps=steps,
                            device=device, measure_memory=False, on_step=on_step)
-        for f, m in zip(step_fixes, ms[1:]):
+        for f, m in zip(step_fixes, ms[1:], strict=True):
             out[f.rule] = Verification(f.rule, m.plan.describe(), ms[0].step_seconds, m.step_seconds,
                                        m.loss_rel_diff, m.error)
     for f in loader:
@@ -220,7 +220,7 @@ def _verify_by_runs(workload: Workload, finding: Finding, base: Plan, steps: int
     except Exception as err:  # e.g. the workload has no loader factory: reported, not fatal
         return Verification(finding.rule, finding.verify_plan.describe(), None, None,
                             error=f"{type(err).__name__}: {first_line(err)}")
-    diff = max((abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses[1], losses[0])), default=None)
+    diff = max((abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses[1], losses[0], strict=False)), default=None)
     return Verification(finding.rule, finding.verify_plan.describe(), min(times[0]), min(times[1]), diff)
 
 

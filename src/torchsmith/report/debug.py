@@ -40,7 +40,7 @@ def grad_heatmap(report: GradReport) -> Any:
     whole_run = {f.layer: f.kind for f in report.flags if f.step is None}  # vanishing / no_grad: label the row
     ax.set_yticks(range(len(report.layers)),
                   labels=[f"{n} ({whole_run[n]})" if n in whole_run else n for n in report.layers], fontsize=7)
-    for label, name in zip(ax.get_yticklabels(), report.layers):
+    for label, name in zip(ax.get_yticklabels(), report.layers, strict=True):
         if name in whole_run:
             label.set_color("red")
     ticks = list(range(0, len(report.steps), max(1, len(report.steps) // 12)))
@@ -73,7 +73,7 @@ def grads_html(report: GradReport, title: str, png: bytes | None = None) -> str:
     last = report.grad_norms[-1] if report.grad_norms else []
     layers = table(["layer", "last |grad|", "last |weight|"],
                    [(name, f"{g:.3g}", f"{w:.3g}") for name, g, w in
-                    zip(report.layers, last, report.weight_norms[-1] if report.weight_norms else [])], numeric=(1, 2))
+                    zip(report.layers, last, report.weight_norms[-1] if report.weight_norms else [], strict=False)], numeric=(1, 2))
     return page(title, f"{len(report.layers)} layers, {len(report.steps)} recorded steps", [
         "<h2>Gradient norms</h2>",
         (f'<img alt="gradient norm heatmap" src="data:image/png;base64,{base64.b64encode(png).decode()}">' if png

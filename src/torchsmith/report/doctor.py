@@ -146,7 +146,7 @@ def breakdown_png(report: DoctorReport) -> str:
     for c in CATEGORIES:
         widths = [s.phases[c] * 1e3 for s in steps]
         ax.barh(labels, widths, left=left, color=COLORS[c], label=c)
-        left = [x + w for x, w in zip(left, widths)]
+        left = [x + w for x, w in zip(left, widths, strict=True)]
     ax.invert_yaxis()
     ax.set_xlabel("ms")
     ax.legend(ncol=6, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False, fontsize=8)
@@ -163,7 +163,7 @@ def memory_png(memory: dict[str, int]) -> str:
     fig, ax = plt.subplots(figsize=(7, 1.4))
     left = 0.0
     colors = ("#4c8bf5", "#17becf", "#9467bd", "#e4572e")
-    for part, color in zip(MEMORY_PARTS, colors):
+    for part, color in zip(MEMORY_PARTS, colors, strict=True):
         mib = memory[part] / 2**20
         ax.barh(["peak"], [mib], left=left, color=color, label=f"{part.replace('_', ' ')} {mib:.1f} MiB")
         left += mib

@@ -156,7 +156,7 @@ def _grad_to_master(master: torch.Tensor):
 
 
 def _report_masters(module: nn.Module, state_dict: dict, prefix: str, local_metadata: Any) -> None:
-    for pname, working in module._parameters.items():
+    for pname, _working in module._parameters.items():
         master = _master_of(module, pname)
         if master is not None and prefix + pname in state_dict:
             value = state_dict[prefix + pname]

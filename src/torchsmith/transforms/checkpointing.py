@@ -86,7 +86,7 @@ def _checkpointed(block: nn.Module, context_fn: Callable[[], Any] | None) -> Cal
                 return forward(*a, **k)
             finally:  # also when checkpoint stops the recompute early
                 with torch.no_grad():
-                    for t, v in zip(stats, kept):
+                    for t, v in zip(stats, kept, strict=True):
                         t.copy_(v if calls > 1 else t)  # the recompute, in backward: undo its update
 
         # use_reentrant=False: supports kwargs, inputs without requires_grad and torch.compile,
