@@ -83,7 +83,8 @@ def main() -> None:
     base_peak = ms[0].peak_memory_bytes
     print(f"baseline saved for backward: {base_saved / 2**20:.1f} MiB by the allocator "
           f"({hooks / 2**20:.1f} MiB counted by saved-tensor hooks, activations only)")
-    print(f"{'plan':26s} {'saved MiB':>10s} {'saved x':>8s} {'step s':>8s} {'time x':>7s} {'peak x':>7s} {'loss rel diff':>14s}")
+    print(f"{'plan':26s} {'saved MiB':>10s} {'saved x':>8s} {'step s':>8s} {'time x':>7s} {'peak x':>7s} "
+          f"{'loss rel diff':>14s}")
     for (name, (retained, _)), m in zip(saved.items(), ms, strict=True):
         if not m.ok:
             print(f"{name:26s} error: {m.error}")

@@ -5,7 +5,8 @@ gpt-mini's shapes (16 x 128 tokens, C = 256, its 62-character vocab) and at voca
 where the logits dominate. Memory: the peak above the live inputs and weights, from the
 CPU allocator's own events (``measure.memory``; ``torch.cuda.max_memory_allocated`` on
 CUDA). Time: median of interleaved repetitions, so both variants see the same machine
-noise, as wall clock and as process CPU time (steadier on a shared CPU). Target at 32k: >= 60% less peak memory for <= 15% more time.
+noise, as wall clock and as process CPU time (steadier on a shared CPU). Target at 32k: >= 60% less peak memory
+for <= 15% more time.
 
 ``--hf-gpt2`` measures the built-in hf-gpt2 workload (GPT2LMHeadModel, tied head, 8 x 128 tokens,
 C = 256) at vocab 32k instead: the model's own head + loss (``lm_head`` then

@@ -183,7 +183,8 @@ def test_gradient_check_sees_the_optimizers_fp32_masters_under_bf16_parameters()
     with pytest.warns(RuntimeWarning, match="optimizer step skipped"):
         step(torch.randn(5, 6))
     assert step.parts.nonfinite.skipped == 1
-    assert all(torch.equal(a, p) for a, p in zip(masters, (p for g in opt.param_groups for p in g["params"]), strict=True))
+    assert all(torch.equal(a, p)
+               for a, p in zip(masters, (p for g in opt.param_groups for p in g["params"]), strict=True))
 
 
 class _LogBetween(nn.Module):

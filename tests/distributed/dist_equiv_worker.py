@@ -32,7 +32,8 @@ STEPS = 4
 
 def params(step) -> dict[str, torch.Tensor]:
     model = step.model.module if hasattr(step.model, "module") else step.model
-    return {n: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().clone() for n, p in model.named_parameters()}
+    return {n: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().clone()
+            for n, p in model.named_parameters()}
 
 
 def max_diff(a, b) -> float:
@@ -98,7 +99,8 @@ def main() -> None:
 
     # Accumulation: k micro-batches per step, with and without no_sync.
     for k in (1, 4):
-        _, s, _ = train(w, Plan(parallel=DDP(), microbatching=MicroBatching(count=k)), batches, rank, world, observe=True)
+        _, s, _ = train(w, Plan(parallel=DDP(), microbatching=MicroBatching(count=k)), batches, rank, world,
+                        observe=True)
         res[f"accum_{k}"] = {"calls": s.calls["all_reduce"], "bytes": s.bytes["all_reduce"]}
     _, s, _ = train(w, Plan(parallel=DDP(), microbatching=MicroBatching(count=4)), batches, rank, world,
                     observe=True, no_sync=False)

@@ -52,7 +52,8 @@ def test_label_smoothing_and_sum_match_reference():
     got = linear_cross_entropy(x, w, y, b, chunk_size=64, label_smoothing=0.1, reduction="sum", ignore_index=-100)
     ref = F.cross_entropy(F.linear(x, w, b), y, label_smoothing=0.1, reduction="sum")
     torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-4)
-    for a, r in zip(torch.autograd.grad(got, _params(x, w, b)), torch.autograd.grad(ref, _params(x, w, b)), strict=True):
+    for a, r in zip(torch.autograd.grad(got, _params(x, w, b)), torch.autograd.grad(ref, _params(x, w, b)),
+                    strict=True):
         torch.testing.assert_close(a, r, rtol=1e-4, atol=1e-5)
 
 
@@ -61,7 +62,8 @@ def test_all_ignored_matches_reference():
     y[:] = -100
     got, ref = linear_cross_entropy(x, w, y, b), F.cross_entropy(F.linear(x, w, b), y)
     assert got.isnan() and ref.isnan()  # mean over zero tokens, as F.cross_entropy
-    for a, r in zip(torch.autograd.grad(got, _params(x, w, b)), torch.autograd.grad(ref, _params(x, w, b)), strict=True):
+    for a, r in zip(torch.autograd.grad(got, _params(x, w, b)), torch.autograd.grad(ref, _params(x, w, b)),
+                    strict=True):
         torch.testing.assert_close(a, r)  # zeros, not nan
 
 

@@ -137,9 +137,11 @@ class GradMonitor:
                 if not math.isfinite(g):
                     flags.append(GradFlag(layer, "exploding", s, g, "gradient norm is not finite"))
                 elif len(past) >= 3 and g > self.spike * statistics.median(past) > 0:
-                    flags.append(GradFlag(layer, "exploding", s, g, f"norm {g:.3g} is {g / statistics.median(past):.0f}x "
+                    flags.append(GradFlag(layer, "exploding", s, g,
+                                          f"norm {g:.3g} is {g / statistics.median(past):.0f}x "
                                           f"the median {statistics.median(past):.3g} of its last {len(past)} steps"))
-            rs = [g / w for (g, w) in ((row[j], wrow[j]) for row, wrow in zip(self.grad_norms, self.weight_norms, strict=True))
+            rs = [g / w for (g, w) in ((row[j], wrow[j])
+                                       for row, wrow in zip(self.grad_norms, self.weight_norms, strict=True))
                   if math.isfinite(g) and w > 0]
             if rs:
                 ratios[layer] = statistics.median(rs)
@@ -147,7 +149,8 @@ class GradMonitor:
         for layer, r in ratios.items():
             if r < self.vanish_ratio or r < self.vanish_rel * best:
                 flags.append(GradFlag(layer, "vanishing", None, r, f"median |grad|/|weight| {r:.2e} "
-                                      f"(best layer {best:.2e}; thresholds {self.vanish_ratio:g}, {self.vanish_rel:g}x best)"))
+                                      f"(best layer {best:.2e}; thresholds {self.vanish_ratio:g}, "
+                                      f"{self.vanish_rel:g}x best)"))
         return flags
 
     def close(self) -> None:

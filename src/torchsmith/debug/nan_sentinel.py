@@ -149,7 +149,8 @@ class NaNSentinel:
 
     def _resume(self) -> None:
         self._flags, self._order, self._last_out, self._outputs = [], [], None, {}
-        self._handles = [m.register_forward_hook(self._check_output(clean_name(n))) for n, m in self.model.named_modules()]
+        self._handles = [m.register_forward_hook(self._check_output(clean_name(n)))
+                         for n, m in self.model.named_modules()]
 
     def close(self) -> None:
         self._pause()

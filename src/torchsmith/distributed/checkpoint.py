@@ -324,7 +324,8 @@ def _read_rank_json(path: Path, rank: int) -> dict[str, Any]:
     streams (model and optimizer tensors reshard exactly; RNG streams cannot)."""
     saved = len(list(path.glob("rank_*.json")))
     if saved == 0:
-        raise DistCheckpointError(f"{path} is marked complete but holds no rank_*.json: it was not written by torchsmith.")
+        raise DistCheckpointError(f"{path} is marked complete but holds no rank_*.json: "
+                                  f"it was not written by torchsmith.")
     source = rank if (path / f"rank_{rank:05d}.json").is_file() else rank % saved
     state = _unplain(json.loads((path / f"rank_{source:05d}.json").read_text()))
     state["rng_from_rank"] = source

@@ -68,7 +68,8 @@ class Finding:
         text = (f"first {self.kind.upper()} in {self.pass_}{step}: module {where}{op}{node}; "
                 f"inputs {self.input_shapes} -> outputs {self.output_shapes}; {inputs}")
         if self.own_code:
-            before = f"after child {self.last_finite_child} (finite output)" if self.last_finite_child else "before any child"
+            before = (f"after child {self.last_finite_child} (finite output)" if self.last_finite_child
+                      else "before any child")
             text += (f"; born in {where}'s own forward code, {before} and before child "
                      f"{self.first_nonfinite_child} (whose inputs were already non-finite)")
         if self.reproduced is False:

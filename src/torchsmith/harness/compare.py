@@ -270,7 +270,8 @@ class _State:
             horizon = self.compare_steps or len(losses)
             # Not max(): it skips NaN (every comparison with NaN is false), so a diverged candidate
             # would look equal to the baseline. Any non-finite term makes the whole figure NaN.
-            loss_diff = _max_or_nan(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses[:horizon], ref_losses, strict=False))
+            loss_diff = _max_or_nan(abs(a - b) / max(abs(b), 1e-12)
+                                    for a, b in zip(losses[:horizon], ref_losses, strict=False))
             param_diff = _param_rel_diff(self.params_compared(), ref.params_compared(), ref.initial)
         return PlanMeasurement(
             plan=self.plan, step_seconds=summary(timed), step_times=timed,

@@ -162,7 +162,8 @@ def _analyse(events: list[dict[str, Any]], top: int, steps: int | None = None) -
     if kernels:
         _kernel_stats(out, kernels, len(spans), top)
     out.peak_delta_bytes, out.cuda_peak_bytes = _memory(events, spans)
-    out.compiled_regions = sum(1 for e in events if e.get("ph") == "X" and e["name"].startswith("Torch-Compiled Region"))
+    out.compiled_regions = sum(1 for e in events
+                               if e.get("ph") == "X" and e["name"].startswith("Torch-Compiled Region"))
     return out
 
 
@@ -210,7 +211,8 @@ class _OpStats:
         for z in tl.events:
             if z["name"].startswith("Optimizer.zero_grad#"):
                 self.zero_grad_us += z["dur"]
-                self.zero_fill_ops += sum(1 for c in cpu_ops if c["name"] in ZERO_FILL_OPS and z["ts"] <= c["ts"] <= _end(z))
+                self.zero_fill_ops += sum(1 for c in cpu_ops
+                                          if c["name"] in ZERO_FILL_OPS and z["ts"] <= c["ts"] <= _end(z))
 
     def _syncs(self, tl: StepTimeline) -> None:
         self.steps_with_sync += bool(tl.syncs)
@@ -259,7 +261,8 @@ def _float64_tensor_arg(e: dict[str, Any]) -> bool:
     """A float64 *tensor* argument. The profiler records a Python float (``0.5 * x``) as
     ``double`` with empty dims, which is no float64 training at all."""
     args = e.get("args", {})
-    return any(t == "double" and d for t, d in zip(args.get("Input type", []), args.get("Input Dims", []), strict=False))
+    return any(t == "double" and d
+               for t, d in zip(args.get("Input type", []), args.get("Input Dims", []), strict=False))
 
 
 

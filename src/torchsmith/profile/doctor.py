@@ -130,7 +130,8 @@ def doctor_script(command: list[str], cfg: CaptureConfig | None = None, *,
                 f"`{shown}` ran {facts.steps_seen} optimizer steps and exited (code {code}) before the "
                 f"profiled window; the window needs {cfg.steps_needed} (1 first step + {cfg.wait} wait + "
                 f"{cfg.warmup} warmup + {cfg.active} recorded).\n"
-                f"Tip: run the script for more steps, or pass --steps {max(1, facts.steps_seen - 1 - cfg.wait - cfg.warmup)}.")
+                f"Tip: run the script for more steps, or pass "
+                f"--steps {max(1, facts.steps_seen - 1 - cfg.wait - cfg.warmup)}.")
             err.exit_code = code
             raise err
         report = _report(shown, "script", facts, Path(tmp), trace)

@@ -166,7 +166,8 @@ def apply_compile(model: nn.Module, cfg: Compile, *, recover: list[Callable[[Bas
         recover.append(fallback)
         change.on_revert(lambda: recover.remove(fallback) if fallback in recover else None)
     change.fallback = fallback  # type: ignore[attr-defined]
-    change.summary = f"torch.compile(mode={cfg.mode!r}) of " + (f"{len(targets)} blocks" if cfg.regional else "the whole model")
+    change.summary = (f"torch.compile(mode={cfg.mode!r}) of "
+                      + (f"{len(targets)} blocks" if cfg.regional else "the whole model"))
     return change
 
 

@@ -156,7 +156,8 @@ class _Search:
         if base_m.error:
             raise TuneError(f"the baseline of {self.workload.name} failed while measuring {dim.name}: {base_m.error}")
         if not self.candidates:
-            self.candidates.append(Candidate.from_measurement(base_m, base_m, "baseline", "baseline", change="as written"))
+            self.candidates.append(Candidate.from_measurement(base_m, base_m, "baseline", "baseline",
+                                                              change="as written"))
         measured = self._settle(dim, plans[-len(moves):], ms[-len(moves):], current, steps)
         verdict: KnobVerdict = choose(dim.name, moves, measured, current, base_m, self.guard, self.memory_limit)
         self.candidates += verdict.candidates
