@@ -30,6 +30,9 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
+BlockContainer = nn.ModuleList | nn.Sequential
+"""What holds a model's repeated blocks."""
+
 __all__ = ["ModelStructure", "StructureError", "discover", "set_hint", "HINT_ATTR"]
 
 HINT_ATTR = "_torchsmith_structure"
@@ -47,7 +50,7 @@ class ModelStructure:
 
     blocks_path: str | None
     """Dotted path of the repeated blocks' container (``"transformer.h"``); None if none was found."""
-    blocks: nn.Module | None
+    blocks: BlockContainer | None
     """That ``nn.ModuleList`` / ``nn.Sequential``; ``blocks[i]`` is one block."""
     head_path: str | None
     """Dotted path of the output head (``"lm_head"``, ``"classifier.1"``); None without a Linear head."""
@@ -105,14 +108,15 @@ def discover(model: nn.Module, *, blocks: str | None = None, head: str | None = 
     listed = tuple(_describe(path, mod) for path, mod in found)
     problem = None
     if blocks is not None:
-        container = _named(model, blocks, "blocks", listed)
-        if not isinstance(container, (nn.ModuleList, nn.Sequential)) or len(container) == 0:
+        named = _named(model, blocks, "blocks", listed)
+        if not isinstance(named, (nn.ModuleList, nn.Sequential)) or len(named) == 0:
             raise StructureError(
-                f"blocks={blocks!r} names a {type(container).__name__}"
-                f"{' of length 0' if isinstance(container, (nn.ModuleList, nn.Sequential)) else ''}; "
+                f"blocks={blocks!r} names a {type(named).__name__}"
+                f"{' of length 0' if isinstance(named, (nn.ModuleList, nn.Sequential)) else ''}; "
                 f"expected a non-empty nn.ModuleList or nn.Sequential. Found: {', '.join(listed) or 'none'}.\n"
                 "Tip: name the container of the repeated layers, e.g. 'model.layers'."
             )
+        container: BlockContainer | None = named
         blocks_path: str | None = blocks
     else:
         container, blocks_path, problem = _pick(found, listed, type(model).__name__)
@@ -136,9 +140,9 @@ def _named(model: nn.Module, path: str, what: str, listed: tuple[str, ...]) -> n
         ) from None
 
 
-def _candidates(model: nn.Module) -> list[tuple[str, nn.Module]]:
+def _candidates(model: nn.Module) -> list[tuple[str, BlockContainer]]:
     """Outermost containers of same-class children, in module order (nested ones are dropped)."""
-    out: list[tuple[str, nn.Module]] = []
+    out: list[tuple[str, BlockContainer]] = []
     for path, module in model.named_modules():
         if not isinstance(module, (nn.ModuleList, nn.Sequential)) or len(module) == 0:
             continue
@@ -153,12 +157,12 @@ def _candidates(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return out
 
 
-def _describe(path: str, module: nn.Module) -> str:
+def _describe(path: str, module: BlockContainer) -> str:
     return f"{path or '<model>'} ({len(module)} x {type(module[0]).__name__})"
 
 
-def _pick(found: list[tuple[str, nn.Module]], listed: tuple[str, ...],
-          model_name: str) -> tuple[nn.Module | None, str | None, str | None]:
+def _pick(found: list[tuple[str, BlockContainer]], listed: tuple[str, ...],
+          model_name: str) -> tuple[BlockContainer | None, str | None, str | None]:
     if not found:
         return None, None, (f"{model_name} has no nn.ModuleList or nn.Sequential of same-class layers "
                             "(searched the whole module tree).")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Optional, cast
 
 import typer
 
@@ -27,15 +27,17 @@ def pack_command(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace the shards of an existing store in DEST."),
 ) -> None:
     """Pack SRC into a store of fixed-size .npy shards plus index.json (atomic: no half store)."""
-    from torchsmith.data.pack import pack_source
+    from torchsmith.data.pack import Tokenizer, pack_source
     from torchsmith.report.console import console
     from torchsmith.report.data import render_pack, task_progress
 
     with user_errors():
         start = time.perf_counter()
         with task_progress("packing", console) as update:
-            index = pack_source(src, dest, tokenizer=tokenizer, seq_len=seq_len, shard_bytes=int(shard_mb * 2**20),
-                                overwrite=overwrite, progress=lambda done, total: update(done, total, "files"))
+            # cast: tokenize checks the name (an unknown one raises StoreError)
+            index = pack_source(src, dest, tokenizer=cast(Tokenizer, tokenizer), seq_len=seq_len,
+                                shard_bytes=int(shard_mb * 2**20), overwrite=overwrite,
+                                progress=lambda done, total: update(done, total, "files"))
     render_pack(index, dest, time.perf_counter() - start, console)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Literal, Optional, cast
 
 import typer
 
@@ -40,7 +40,8 @@ def launch_command(
         with user_errors():
             raise ValueError(f"--rdzv-backend {rdzv_backend!r} is not one of c10d, etcd-v2.")
     with user_errors():
-        cfg = LaunchConfig(nproc_per_node=nproc_per_node, nnodes=nnodes, rdzv_backend=rdzv_backend,
+        cfg = LaunchConfig(nproc_per_node=nproc_per_node, nnodes=nnodes,
+                           rdzv_backend=cast(Literal["c10d", "etcd-v2"], rdzv_backend),  # checked above
                            rdzv_endpoint=rdzv_endpoint, rdzv_id=rdzv_id, max_restarts=max_restarts, log_dir=log_dir)
         cmd, notes = build_command(cfg, list(command))
         if rdzv_endpoint and rdzv_backend == "c10d" and not dry_run:

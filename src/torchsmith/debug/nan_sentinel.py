@@ -83,7 +83,9 @@ class NaNSentinel:
             inp = self._input_flag(float_tensors(args))  # before the output's flag: it may add one
             self._order.append((name, len(self._flags), inp))
             # fp32 accumulation: a half-precision sum would overflow on finite values. No sync.
-            self._flags.append(sum(t.detach().sum(dtype=torch.float32) for t in outs))
+            flag = sum(t.detach().sum(dtype=torch.float32) for t in outs)
+            assert isinstance(flag, torch.Tensor)  # outs is not empty (returned above)
+            self._flags.append(flag)
             self._outputs[id(outs[0])] = (weakref.ref(outs[0]), len(self._flags) - 1)
         return hook
 

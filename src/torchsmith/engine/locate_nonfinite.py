@@ -14,7 +14,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -95,7 +95,7 @@ def float_tensors(obj: Any) -> list[torch.Tensor]:
     return [t for t in tree_leaves(obj) if isinstance(t, torch.Tensor) and t.is_floating_point()]
 
 
-def step_finite(loss: torch.Tensor, params: list[torch.Tensor]) -> torch.Tensor:
+def step_finite(loss: torch.Tensor, params: Sequence[torch.Tensor]) -> torch.Tensor:
     """A 0-d bool device tensor: the loss and the gradient norm are finite. No sync.
 
     The norm of all gradients is non-finite exactly when some element is (or it overflows,
@@ -144,7 +144,8 @@ class _Locator(TorchDispatchMode):
         # Map the autograd nodes this module created (children mapped theirs first), stopping at
         # its inputs' nodes and the parameters' AccumulateGrad: backward ops are attributed by node.
         stop = {t.grad_fn for t in tree_leaves(args) if isinstance(t, torch.Tensor)}
-        todo = [t.grad_fn for t in tree_leaves(output) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+        todo: list[torch.autograd.graph.Node | None] = [
+            t.grad_fn for t in tree_leaves(output) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
         while todo:
             node = todo.pop()
             if node is None or node in stop or node in self.node_module or not hasattr(node, "next_functions"):

@@ -305,7 +305,7 @@ def _where(frame: str) -> str:
 
 def _is_user(frame: str) -> bool:
     m = _FRAME.match(frame)
-    return bool(m) and "site-packages" not in m["file"] and not m["file"].startswith(("torch/", "<"))
+    return m is not None and "site-packages" not in m["file"] and not m["file"].startswith(("torch/", "<"))
 
 
 def _user_frame(e: dict[str, Any], evs: list[dict[str, Any]], pyid: dict[Any, dict[str, Any]]) -> str:
@@ -335,7 +335,7 @@ def _memory(events: list[dict[str, Any]], steps: list[dict[str, Any]]) -> tuple[
     live: dict[Any, int] = {}
     running, cuda_peak = 0, None
     bounds = [(s["ts"], s["ts"] + s["dur"]) for s in steps]
-    base = [None] * len(bounds)
+    base: list[int | None] = [None] * len(bounds)
     peaks = [0] * len(bounds)
     i = 0
     for e in mem:
@@ -353,6 +353,6 @@ def _memory(events: list[dict[str, Any]], steps: list[dict[str, Any]]) -> tuple[
             running += n
         else:
             running -= live.pop(a.get("Addr"), 0)
-        if i < len(bounds) and base[i] is not None:
-            peaks[i] = max(peaks[i], running - base[i])
+        if i < len(bounds) and (b := base[i]) is not None:
+            peaks[i] = max(peaks[i], running - b)
     return peaks, cuda_peak

@@ -75,7 +75,7 @@ class DoctorContext:
         if not m:
             return None
         if a.cuda_peak_bytes or self.facts.cuda_peak_bytes:
-            peak = a.cuda_peak_bytes or self.facts.cuda_peak_bytes
+            peak = a.cuda_peak_bytes or self.facts.cuda_peak_bytes or 0  # one is set (the condition above)
         elif a.peak_delta_bytes and self.facts.live_bytes:
             # The first recorded step cannot see frees of blocks allocated before the trace
             # began (e.g. last step's gradients); later steps are exact, so prefer them.
