@@ -63,7 +63,7 @@ PLANS = {
 
 def _paired(m, base) -> float:
     """Median over rounds of (plan step / baseline step of the same round): cancels load that drifts."""
-    return statistics.median(t / b for t, b in zip(m.step_times, base.step_times))
+    return statistics.median(t / b for t, b in zip(m.step_times, base.step_times, strict=False))
 
 
 def main() -> None:
@@ -80,11 +80,12 @@ def main() -> None:
     ms = measure_plans(w, list(PLANS.values()), warmup=args.warmup, steps=args.steps, device="cpu",
                        measure_memory=True)
     base_saved, hooks = saved["baseline (eager fp32)"]
-    base_time, base_peak = ms[0].step_seconds, ms[0].peak_memory_bytes
+    base_peak = ms[0].peak_memory_bytes
     print(f"baseline saved for backward: {base_saved / 2**20:.1f} MiB by the allocator "
           f"({hooks / 2**20:.1f} MiB counted by saved-tensor hooks, activations only)")
-    print(f"{'plan':26s} {'saved MiB':>10s} {'saved x':>8s} {'step s':>8s} {'time x':>7s} {'peak x':>7s} {'loss rel diff':>14s}")
-    for (name, (retained, _)), m in zip(saved.items(), ms):
+    print(f"{'plan':26s} {'saved MiB':>10s} {'saved x':>8s} {'step s':>8s} {'time x':>7s} {'peak x':>7s} "
+          f"{'loss rel diff':>14s}")
+    for (name, (retained, _)), m in zip(saved.items(), ms, strict=True):
         if not m.ok:
             print(f"{name:26s} error: {m.error}")
             continue

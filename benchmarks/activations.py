@@ -76,7 +76,7 @@ def table(title: str, rows: dict[str, nn.Module], x: torch.Tensor, reps: int, ba
     print(f"\n{title}")
     print(f"{'variant':<26} {'saved MiB':>10} {'vs ' + base:>14} {'fwd+bwd ms':>11} {'time':>7}")
     saved = {name: saved_bytes(m, x) for name, m in rows.items()}
-    times = dict(zip(rows, median_times(list(rows.values()), x, reps)))
+    times = dict(zip(rows, median_times(list(rows.values()), x, reps), strict=True))
     for name in rows:
         print(f"{name:<26} {saved[name] / 2**20:>10.2f} {saved[name] / saved[base]:>13.2f}x "
               f"{times[name] * 1e3:>11.2f} {times[name] / times[base] - 1:>+7.0%}")

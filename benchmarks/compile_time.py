@@ -24,7 +24,8 @@ w = torchsmith.load_workload({workload!r})
 for regional in (False, True):
     m = measure_plans(w, [Plan(compile=Compile(enabled=True, regional=regional))], warmup=1, steps=3,
                       measure_memory=False)[0]
-    print(f"  {{'regional' if regional else 'whole   '}}: compile {{m.compile_seconds:5.1f}} s, step {{m.step_seconds * 1e3:.0f}} ms")
+    print(f"  {{'regional' if regional else 'whole   '}}: compile {{m.compile_seconds:5.1f}} s, "
+          f"step {{m.step_seconds * 1e3:.0f}} ms")
     torch._dynamo.reset()
 """
 
@@ -38,7 +39,8 @@ def main() -> None:
         for label in ("empty Inductor cache", "warm Inductor cache"):
             print(f"{args.workload}, {label}:", flush=True)
             # A fresh process each time: in-process caches must not help the second run.
-            subprocess.run([sys.executable, "-W", "ignore", "-c", CHILD.format(workload=args.workload)], env=env, check=True)
+            subprocess.run([sys.executable, "-W", "ignore", "-c", CHILD.format(workload=args.workload)], env=env,
+                           check=True)
 
 
 if __name__ == "__main__":

@@ -71,7 +71,7 @@ def rate(loader, batches: int, batch_size: int) -> float:
     it = iter(loader)
     next(it)  # start-up and first batch out of the timed region
     start, n = time.perf_counter(), 0
-    for _ in zip(range(batches), it):
+    for _ in zip(range(batches), it, strict=False):
         n += 1
     seconds = time.perf_counter() - start
     del it

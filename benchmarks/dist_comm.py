@@ -36,7 +36,7 @@ def worker(spec: str, out: str) -> None:
 
     ctx = init_from_env(torch.device("cpu"))
     w = load_workload(spec)
-    batches = [b for b, _ in zip(w.iter_batches(), range(STEPS + 1))]
+    batches = [b for b, _ in zip(w.iter_batches(), range(STEPS + 1), strict=False)]
     results = {}
     for name, parallel in STRATEGIES.items():
         plan = Plan.from_dict({**Plan().to_dict(), "parallel": parallel})

@@ -33,11 +33,13 @@ def main() -> None:
     pairs = {"1 trainer thread": Plan(threads=one_thread), "2 workers": Plan(loader=workers),
              "2 workers + 1 trainer thread": Plan(threads=one_thread, loader=workers)}
     base, *ms = measure_plans(w, [Plan(), *pairs.values()], steps=args.steps, measure_memory=False)
-    print("  " + ", ".join(f"{name} {base.step_seconds / m.step_seconds:.2f}x" for name, m in zip(pairs, ms)))
+    print("  " + ", ".join(f"{name} {base.step_seconds / m.step_seconds:.2f}x"
+                           for name, m in zip(pairs, ms, strict=True)))
     result = torchsmith.tune(w, budget=args.budget, knobs=["threads", "loader"])
     base, tuned = measure_plans(w, [Plan(), result.plan], steps=args.steps, measure_memory=False)
     print(f"tuned plan: {result.plan.describe()}  ({result.speedup or 1:.2f}x in the tuner's proof)")
-    print(f"re-measured speedup: {base.step_seconds / tuned.step_seconds:.2f}x  (target >= 1.5x on a data-bound workload)")
+    print(f"re-measured speedup: {base.step_seconds / tuned.step_seconds:.2f}x  "
+          f"(target >= 1.5x on a data-bound workload)")
 
 
 if __name__ == "__main__":

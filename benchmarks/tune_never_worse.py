@@ -55,7 +55,8 @@ def main() -> None:
                             peak_fn=peak_once)[0]
                 for m, p in ((base, Plan()), (tuned, result.plan))]
         shown = [f"{v:>9.1%}" if v is not None else f"{'-':>9}" for v in mfus]
-        print(f"{name:<10} {result.speedup or 1:>8.2f}x {ratio:>10.2f}x {shown[0]} {shown[1]}  {result.plan.describe()}")
+        print(f"{name:<10} {result.speedup or 1:>8.2f}x {ratio:>10.2f}x {shown[0]} {shown[1]}  "
+              f"{result.plan.describe()}")
     print(f"worst re-measured ratio: {worst:.2f}x (target >= 0.98)")
 
 

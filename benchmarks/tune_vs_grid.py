@@ -83,7 +83,8 @@ def main() -> None:
     print(f"  grid best : {grid_best.describe()}  ({grid_speed:.2f}x the baseline in its chunk)")
     print(f"  tuned     : {result.plan.describe()}  ({result.speedup or 1:.2f}x in the tuner's proof)")
     print(f"  tuned throughput / grid best = {best.step_seconds / tuned.step_seconds:.3f}  (target >= 0.95)")
-    print(f"  tuner wall time / grid wall time = {tune_s:.0f} s / {grid_s:.0f} s = {tune_s / grid_s:.2f}  (target <= 0.25)")
+    print(f"  tuner wall time / grid wall time = {tune_s:.0f} s / {grid_s:.0f} s = {tune_s / grid_s:.2f}  "
+          f"(target <= 0.25)")
 
 
 if __name__ == "__main__":

@@ -26,14 +26,14 @@ PROCESS_START = time.time()
 """When this process imported the module: a temp file older than this was left by an earlier process."""
 
 
-def remove_orphan_temps(directory: str | os.PathLike, older_than: float | None = None) -> list[Path]:
+def remove_orphan_temps(directory: str | os.PathLike[str], older_than: float | None = None) -> list[Path]:
     """Delete temp files a killed process left in ``directory`` (SIGKILL skips our cleanup).
 
     Only names of our own pattern, last modified before ``older_than`` (default: this process's
     start), so a save in flight in another live process is never touched.
     """
     cutoff = PROCESS_START if older_than is None else older_than
-    removed = []
+    removed: list[Path] = []
     try:
         entries = list(os.scandir(directory))
     except OSError:

@@ -32,6 +32,9 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
+BlockContainer = nn.ModuleList | nn.Sequential
+"""What holds a model's repeated blocks."""
+
 __all__ = ["ModelStructure", "StructureError", "discover", "set_hint", "HINT_ATTR"]
 
 HINT_ATTR = "_torchsmith_structure"
@@ -49,7 +52,7 @@ class ModelStructure:
 
     blocks_path: str | None
     """Dotted path of the repeated blocks' container (``"transformer.h"``); None if none was found."""
-    blocks: nn.Module | None
+    blocks: BlockContainer | None
     """That ``nn.ModuleList`` / ``nn.Sequential``; ``blocks[i]`` is one block."""
     head_path: str | None
     """Dotted path of the output head (``"lm_head"``, ``"classifier.1"``); None without a Linear head."""
@@ -111,14 +114,15 @@ def discover(model: nn.Module, *, blocks: str | None = None, head: str | None = 
     listed = tuple(_describe(*candidate) for candidate in found)
     problem, block_range = None, None
     if blocks is not None:
-        container = _named(model, blocks, "blocks", listed)
-        if not isinstance(container, (nn.ModuleList, nn.Sequential)) or len(container) == 0:
+        named = _named(model, blocks, "blocks", listed)
+        if not isinstance(named, (nn.ModuleList, nn.Sequential)) or len(named) == 0:
             raise StructureError(
-                f"blocks={blocks!r} names a {type(container).__name__}"
-                f"{' of length 0' if isinstance(container, (nn.ModuleList, nn.Sequential)) else ''}; "
+                f"blocks={blocks!r} names a {type(named).__name__}"
+                f"{' of length 0' if isinstance(named, (nn.ModuleList, nn.Sequential)) else ''}; "
                 f"expected a non-empty nn.ModuleList or nn.Sequential. Found: {', '.join(listed) or 'none'}.\n"
                 "Tip: name the container of the repeated layers, e.g. 'model.layers'."
             )
+        container: BlockContainer | None = named
         blocks_path: str | None = blocks
     else:
         container, blocks_path, block_range, problem = _pick(found, listed, type(model).__name__)
@@ -142,7 +146,7 @@ def _named(model: nn.Module, path: str, what: str, listed: tuple[str, ...]) -> n
         ) from None
 
 
-_Candidate = tuple[str, "nn.ModuleList | nn.Sequential", tuple[int, int]]
+_Candidate = tuple[str, BlockContainer, tuple[int, int]]
 """(path, container, (start, stop)): the run of same-class children that would be the blocks."""
 
 
@@ -162,7 +166,7 @@ def _candidates(model: nn.Module) -> list[_Candidate]:
     return out
 
 
-def _longest_run(container: nn.ModuleList | nn.Sequential) -> tuple[int, int] | None:
+def _longest_run(container: BlockContainer) -> tuple[int, int] | None:
     """``(start, stop)`` of the longest run of consecutive same-class children holding parameters:
     the whole container when all children share a class, else a run of at least two (the blocks
     of ``nn.Sequential(*blocks, head)``); None when there is none (e.g. a stack of activations)."""
@@ -179,7 +183,7 @@ def _longest_run(container: nn.ModuleList | nn.Sequential) -> tuple[int, int] | 
     return best
 
 
-def _describe(path: str, module: nn.ModuleList | nn.Sequential, run: tuple[int, int]) -> str:
+def _describe(path: str, module: BlockContainer, run: tuple[int, int]) -> str:
     where = path or "<model>"
     if run != (0, len(module)):
         where += f"[{run[0]}:{run[1]}]"
@@ -187,7 +191,7 @@ def _describe(path: str, module: nn.ModuleList | nn.Sequential, run: tuple[int, 
 
 
 def _pick(found: list[_Candidate], listed: tuple[str, ...],
-          model_name: str) -> tuple[nn.Module | None, str | None, tuple[int, int] | None, str | None]:
+          model_name: str) -> tuple[BlockContainer | None, str | None, tuple[int, int] | None, str | None]:
     if not found:
         return None, None, None, (f"{model_name} has no nn.ModuleList or nn.Sequential of same-class layers "
                                   "(searched the whole module tree).")

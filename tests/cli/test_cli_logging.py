@@ -31,7 +31,7 @@ def _emit(capsys):
     logging.getLogger("torchsmith.measure.peak").warning("a warning line")
     with warnings.catch_warnings():
         warnings.simplefilter("always")
-        warnings.warn("a library RuntimeWarning", RuntimeWarning)
+        warnings.warn("a library RuntimeWarning", RuntimeWarning, stacklevel=1)
     return capsys.readouterr().err
 
 

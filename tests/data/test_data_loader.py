@@ -117,7 +117,8 @@ def test_tuner_finds_workers_for_io_bound_loading():
     result = tune_loader(lambda cfg: make_loader(ds, cfg, batch_size=8), samples_per_batch=8, batches=4, passes=1,
                          rounds=1, try_batch_fetch=False, worker_counts=[0, 2])
     assert result.baseline.args.num_workers == 0
-    assert result.best.args.num_workers == 2 and result.speedup > 1.3, [(t.args, t.samples_per_s) for t in result.trials]
+    assert result.best.args.num_workers == 2 and result.speedup > 1.3, \
+        [(t.args, t.samples_per_s) for t in result.trials]
     assert Plan(loader=result.recommended).loader.num_workers == 2
 
 
@@ -178,7 +179,8 @@ def test_cli_pack_verify_tune(tmp_path):
     assert r.exit_code == 0 and "packed 500 samples" in r.output, r.output
     assert runner.invoke(app, ["data", "verify", str(tmp_path / "s")]).exit_code == 0
     quick = ["--batches", "3", "--passes", "1", "--rounds", "1"]
-    r = runner.invoke(app, ["data", "tune", str(tmp_path / "s"), "--batch-size", "32", "--out", str(tmp_path / "p.json"),
+    r = runner.invoke(app, ["data", "tune", str(tmp_path / "s"), "--batch-size", "32",
+                            "--out", str(tmp_path / "p.json"),
                             *quick, "--json"])
     assert r.exit_code == 0, r.output
     # Which arguments win is the measurement's call (on 500 tiny samples, often the loader as

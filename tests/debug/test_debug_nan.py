@@ -132,7 +132,7 @@ def test_skip_step_leaves_params_and_optimizer_state_unchanged():
     bad[0][3, 2] = float("inf")
     with pytest.warns(RuntimeWarning, match="optimizer step skipped"):
         step(bad)
-    assert all(torch.equal(a, b) for a, b in zip(params, model.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(params, model.parameters(), strict=True))
     after = _state_copy(opt)
     for key, st in state["state"].items():
         assert all(torch.equal(st[k], after["state"][key][k]) for k in st)
@@ -140,7 +140,7 @@ def test_skip_step_leaves_params_and_optimizer_state_unchanged():
     found = step.parts.nonfinite.findings[0]
     assert found.module == "fc1" and found.inputs_finite is False and step.parts.nonfinite.skipped == 1
     step(good)  # training goes on
-    assert not all(torch.equal(a, b) for a, b in zip(params, model.parameters()))
+    assert not all(torch.equal(a, b) for a, b in zip(params, model.parameters(), strict=True))
 
 
 def test_warn_mode_steps_anyway_and_off_mode_checks_nothing():
@@ -183,7 +183,8 @@ def test_gradient_check_sees_the_optimizers_fp32_masters_under_bf16_parameters()
     with pytest.warns(RuntimeWarning, match="optimizer step skipped"):
         step(torch.randn(5, 6))
     assert step.parts.nonfinite.skipped == 1
-    assert all(torch.equal(a, p) for a, p in zip(masters, (p for g in opt.param_groups for p in g["params"])))
+    assert all(torch.equal(a, p)
+               for a, p in zip(masters, (p for g in opt.param_groups for p in g["params"]), strict=True))
 
 
 class _LogBetween(nn.Module):

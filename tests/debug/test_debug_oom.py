@@ -66,9 +66,9 @@ def test_auto_microbatch_gradients_equal_a_run_at_the_smaller_microbatch():
         ref_step(b)
     assert step.parts.microbatches == 4
     assert model.calls[:3] == [16, 8, 4]  # failed at 16 and at 8 samples, then 4 micro-batches of 4
-    for g, r in zip(grads, ref_grads):
-        assert all(torch.equal(a, b) for a, b in zip(g, r))
-    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), ref_model.parameters()))
+    for g, r in zip(grads, ref_grads, strict=True):
+        assert all(torch.equal(a, b) for a, b in zip(g, r, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), ref_model.parameters(), strict=True))
 
 
 def test_microbatch_of_one_sample_raises_a_clear_error():

@@ -32,7 +32,8 @@ STEPS = 4
 
 def params(step) -> dict[str, torch.Tensor]:
     model = step.model.module if hasattr(step.model, "module") else step.model
-    return {n: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().clone() for n, p in model.named_parameters()}
+    return {n: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().clone()
+            for n, p in model.named_parameters()}
 
 
 def max_diff(a, b) -> float:
@@ -60,7 +61,7 @@ def main() -> None:
     dist.init_process_group("gloo", timeout=timedelta(seconds=60))
     rank, world = dist.get_rank(), dist.get_world_size()
     w = mlp_workload(seed=0, batch_size=32, train_rows=512, val_rows=64, width=32, depth=2)
-    batches = [b for b, _ in zip(w.iter_batches(), range(STEPS))]
+    batches = [b for b, _ in zip(w.iter_batches(), range(STEPS), strict=False)]
     res: dict = {"rank": rank, "world": world}
 
     single, _, _ = train(w, Plan(), batches, rank, world, full=True)
@@ -98,7 +99,8 @@ def main() -> None:
 
     # Accumulation: k micro-batches per step, with and without no_sync.
     for k in (1, 4):
-        _, s, _ = train(w, Plan(parallel=DDP(), microbatching=MicroBatching(count=k)), batches, rank, world, observe=True)
+        _, s, _ = train(w, Plan(parallel=DDP(), microbatching=MicroBatching(count=k)), batches, rank, world,
+                        observe=True)
         res[f"accum_{k}"] = {"calls": s.calls["all_reduce"], "bytes": s.bytes["all_reduce"]}
     _, s, _ = train(w, Plan(parallel=DDP(), microbatching=MicroBatching(count=4)), batches, rank, world,
                     observe=True, no_sync=False)

@@ -41,7 +41,8 @@ def assert_same_as_reference(reference, result, ckpt):
     ref, ref_ckpt = reference
     start = result["start_step"]
     assert result["losses"] == ref["losses"][start:]  # bit for bit: floats compared exactly
-    final, ref_final = load_model_tensors(ckpt / f"step_{STEPS:08d}"), load_model_tensors(ref_ckpt / f"step_{STEPS:08d}")
+    final = load_model_tensors(ckpt / f"step_{STEPS:08d}")
+    ref_final = load_model_tensors(ref_ckpt / f"step_{STEPS:08d}")
     assert final.keys() == ref_final.keys()
     for name in final:
         assert torch.equal(final[name], ref_final[name]), name

@@ -43,7 +43,8 @@ def test_launch_refuses_a_multi_node_or_etcd_job_without_an_endpoint(cfg):
 def test_launch_cli_prints_the_exact_command():
     from torchsmith.cli import app
 
-    result = CliRunner().invoke(app, ["launch", "--nproc-per-node", "2", "--dry-run", "--", "run", "mlp", "--steps", "3"])
+    result = CliRunner().invoke(app, ["launch", "--nproc-per-node", "2", "--dry-run", "--",
+                                      "run", "mlp", "--steps", "3"])
     assert result.exit_code == 0, result.output
     assert "torch.distributed.run" in result.output and "--nproc-per-node 2" in result.output
     assert "torchsmith.cli.worker run mlp --steps 3" in result.output
@@ -85,7 +86,7 @@ def one_rank_group(tmp_path):
 
 
 def _train(step, w, n):
-    for batch, _ in zip(w.iter_batches(), range(n)):
+    for batch, _ in zip(w.iter_batches(), range(n), strict=False):
         step(batch)
 
 

@@ -34,7 +34,7 @@ def test_prepare_default_plan_matches_a_bare_loop_exactly():
     step = torchsmith.prepare(Plan(), model, torch.optim.AdamW(model.parameters(), lr=1e-2), loss_fn)
     losses = [step(b).item() for b in _batches()]
     assert losses == bare_losses
-    for p, q in zip(model.parameters(), bare.parameters()):
+    for p, q in zip(model.parameters(), bare.parameters(), strict=True):
         assert torch.equal(p, q)
 
 

@@ -69,9 +69,9 @@ def test_resume_with_other_plan_or_workload_is_refused_unless_forced(tmp_path):
 def test_resume_with_other_architecture_names_the_file_in_one_line(tmp_path):
     ckdir = tmp_path / "ck"
     run(tiny(width=4), steps=2, checkpoint_dir=ckdir)
-    spec = write_workload_file(tmp_path / "wide.py", "import sys\nsys.path.insert(0, %r)\n"
+    spec = write_workload_file(tmp_path / "wide.py", f"import sys\nsys.path.insert(0, {os.path.dirname(__file__)!r})\n"
                                "from fault_helpers import tiny\n"
-                               "def workload():\n    return tiny(width=8)\n" % os.path.dirname(__file__))
+                               "def workload():\n    return tiny(width=8)\n")
     code, _, err = cli("run", spec, "--steps", "3", "--checkpoint-dir", ckdir, "--resume")
     assert code == 2 and "step_00000002.pt" in one_line_error(err) and "workload fingerprint" in err
     code, _, err = cli("run", spec, "--steps", "3", "--checkpoint-dir", ckdir, "--resume", "--force")

@@ -108,7 +108,7 @@ def test_memory_split_of_linear_and_adam():
 def test_result_before_exit_explains():
     with track_peak_memory("cpu") as mem:
         with pytest.raises(MemoryTrackingError, match="Tip:"):
-            mem.result
+            mem.result  # noqa: B018 - the property access is what raises
 
 
 def test_refuses_to_nest_in_a_profiler():
@@ -121,7 +121,7 @@ def test_refuses_to_nest_in_a_profiler():
 def test_exception_inside_region_stops_profiler():
     with pytest.raises(ZeroDivisionError):
         with track_peak_memory("cpu"):
-            1 / 0
+            1 / 0  # noqa: B018 - raises inside the region on purpose
     assert not torch.autograd.profiler._is_profiler_enabled
     with track_peak_memory("cpu") as mem:  # usable again
         t = _bytes(MiB)

@@ -87,7 +87,7 @@ def test_act_linear_mlp_matches_stock_on_gpt_mini_shapes():
     got = torch.autograd.grad(mlp(x), params, g)
     ref = torch.autograd.grad(_stock_mlp(mlp, x), params, g)
     torch.testing.assert_close(mlp(x), _stock_mlp(mlp, x))
-    for a, r in zip(got, ref):
+    for a, r in zip(got, ref, strict=True):
         torch.testing.assert_close(a, r, rtol=1e-4, atol=1e-5)
 
 
@@ -120,7 +120,7 @@ def test_act_linear_mlp_drops_into_gpt_mini():
         block.mlp = fused
     loss = gpt_loss(model, batch)
     torch.testing.assert_close(loss, ref_loss)
-    for a, r in zip(torch.autograd.grad(loss, list(model.parameters())), ref_grads):
+    for a, r in zip(torch.autograd.grad(loss, list(model.parameters())), ref_grads, strict=True):
         torch.testing.assert_close(a, r, rtol=1e-4, atol=1e-6)
     with count_saved_tensors(model) as after:
         gpt_loss(model, batch)

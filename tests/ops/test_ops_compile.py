@@ -42,7 +42,7 @@ def _check_compiled(backend):
     compiled = torch.compile(model, fullgraph=True, backend=backend)
     loss, grads = _loss_and_grads(model, compiled, idx, y)
     torch.testing.assert_close(loss, ref_loss)
-    for a, r in zip(grads, ref_grads):
+    for a, r in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(a, r, rtol=1e-4, atol=1e-6)
 
 

@@ -43,7 +43,7 @@ def test_matches_reference_on_gpt_mini_shapes(v, chunk):
     ref = F.cross_entropy(F.linear(x, w, b), y)
     ref_grads = torch.autograd.grad(ref, params)
     torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
-    for a, r in zip(got_grads, ref_grads):
+    for a, r in zip(got_grads, ref_grads, strict=True):
         torch.testing.assert_close(a, r, rtol=1e-4, atol=1e-6)
 
 
@@ -52,7 +52,8 @@ def test_label_smoothing_and_sum_match_reference():
     got = linear_cross_entropy(x, w, y, b, chunk_size=64, label_smoothing=0.1, reduction="sum", ignore_index=-100)
     ref = F.cross_entropy(F.linear(x, w, b), y, label_smoothing=0.1, reduction="sum")
     torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-4)
-    for a, r in zip(torch.autograd.grad(got, _params(x, w, b)), torch.autograd.grad(ref, _params(x, w, b))):
+    for a, r in zip(torch.autograd.grad(got, _params(x, w, b)), torch.autograd.grad(ref, _params(x, w, b)),
+                    strict=True):
         torch.testing.assert_close(a, r, rtol=1e-4, atol=1e-5)
 
 
@@ -61,7 +62,8 @@ def test_all_ignored_matches_reference():
     y[:] = -100
     got, ref = linear_cross_entropy(x, w, y, b), F.cross_entropy(F.linear(x, w, b), y)
     assert got.isnan() and ref.isnan()  # mean over zero tokens, as F.cross_entropy
-    for a, r in zip(torch.autograd.grad(got, _params(x, w, b)), torch.autograd.grad(ref, _params(x, w, b))):
+    for a, r in zip(torch.autograd.grad(got, _params(x, w, b)), torch.autograd.grad(ref, _params(x, w, b)),
+                    strict=True):
         torch.testing.assert_close(a, r)  # zeros, not nan
 
 
@@ -150,6 +152,6 @@ def test_autocast_matmuls_in_autocast_dtype_eager_and_compiled():
     for loss, grads in results:
         assert loss.dtype == torch.float32 and all(g.dtype == torch.float32 for g in grads)
         torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-5)  # same bf16 logits as autocast's F.linear
-        for a, r in zip(grads, ref_grads):
+        for a, r in zip(grads, ref_grads, strict=True):
             torch.testing.assert_close(a, r, rtol=2e-2, atol=1e-3)
     assert not torch.isclose(results[0][0], fp32, rtol=1e-6)  # it really ran the matmul in bf16

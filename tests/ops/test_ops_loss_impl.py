@@ -42,7 +42,7 @@ def test_chunked_trains_like_standard():
     m0, _, ref = _train(Plan(), batches)
     m1, step, got = _train(Plan(loss_impl=CHUNKED), batches)
     assert got == pytest.approx(ref, rel=1e-5)
-    for (name, a), b in zip(m1.named_parameters(), m0.parameters()):
+    for (name, a), b in zip(m1.named_parameters(), m0.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=name)
     assert any("chunked" in line for line in step.describe())
 

@@ -19,7 +19,8 @@ def _step(t0, item_in_optimizer=True, item_in_step=True, pyid=0):
         _x(f"ProfilerStep#{t0}", t0, 1000, cat="user_annotation"),
         _x("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t0, 300, cat="user_annotation"),
         _x("train.py(20): main", t0, 1000, cat="python_function", **{"Python id": pyid + 1, "Python parent id": 0}),
-        _x("nn.Module: Net_0", t0 + 300, 200, cat="python_function", **{"Python id": pyid + 2, "Python parent id": pyid + 1}),
+        _x("nn.Module: Net_0", t0 + 300, 200, cat="python_function",
+           **{"Python id": pyid + 2, "Python parent id": pyid + 1}),
         _x("aten::addmm", t0 + 310, 100, **{"Input Dims": [[4], [8, 4], [4, 4]], "Input type": ["float"]}),
         _x("torch/_tensor.py(570): backward", t0 + 500, 300, cat="python_function",
            **{"Python id": pyid + 3, "Python parent id": pyid + 1}),
@@ -47,7 +48,8 @@ def _write(tmp_path, events):
 def test_breakdown_matches_known_spans(tmp_path):
     a = analyse_trace(_write(tmp_path, _step(0) + _step(1000, pyid=10)))
     assert len(a.steps) == 2
-    expected = {"data": 300e-6, "forward": 200e-6, "backward": 300e-6, "optimizer": 150e-6, "sync": 30e-6, "other": 20e-6}
+    expected = {"data": 300e-6, "forward": 200e-6, "backward": 300e-6, "optimizer": 150e-6, "sync": 30e-6,
+                "other": 20e-6}
     for cat, seconds in expected.items():
         assert a.seconds(cat) == pytest.approx(seconds, abs=1e-9), cat
     assert a.share("data") == pytest.approx(0.3)
@@ -119,7 +121,8 @@ def test_a_closure_inside_optimizer_step_is_forward_and_backward(tmp_path):
         _x("Optimizer.step#Adam.step", 0, 1000, cat="user_annotation"),
         _x("torchsmith.optimizer #1 Adam", 10, 980, cat="user_annotation"),
         _x("nn.Module: LitNet_0", 100, 300, cat="python_function", **{"Python id": 1}),
-        _x("aten::conv2d", 110, 250, **{"Input Dims": [[8, 3, 32, 32], [16, 3, 3, 3]], "Input type": ["float", "float"]}),
+        _x("aten::conv2d", 110, 250,
+           **{"Input Dims": [[8, 3, 32, 32], [16, 3, 3, 3]], "Input type": ["float", "float"]}),
         _x("aten::mul", 370, 10, **{"Input Dims": [[8, 16], []], "Input type": ["float", "double"]}),  # 0.5 * x
         _x("autograd::engine::evaluate_function: ConvolutionBackward0", 450, 400),
         _x("aten::_foreach_add_", 900, 50),
@@ -128,7 +131,8 @@ def test_a_closure_inside_optimizer_step_is_forward_and_backward(tmp_path):
     assert a.seconds("forward") == pytest.approx(300e-6)
     assert a.seconds("backward") == pytest.approx(400e-6)
     assert a.seconds("optimizer") == pytest.approx(300e-6)  # 0-100, 400-450, 850-1000
-    assert a.optimizer_shares() == {"#1 Adam": pytest.approx(0.28)}  # in its labelled span 10-990: 10-100, 400-450, 850-990
+    # in its labelled span 10-990: 10-100, 400-450, 850-990
+    assert a.optimizer_shares() == {"#1 Adam": pytest.approx(0.28)}
     assert a.float64_ops == []  # a Python float scalar is recorded as double with no dims
     assert a.foreach_ops_per_step == 1 and a.optimizer_ops_per_step == 1
 

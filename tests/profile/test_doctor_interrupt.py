@@ -36,7 +36,8 @@ def _start(tmp_path, crash_at: int) -> subprocess.Popen:
            "OMP_NUM_THREADS": "1"}
     # Its own session, like a terminal's foreground group: Ctrl-C reaches doctor and the script.
     return subprocess.Popen([sys.executable, "-m", "torchsmith", "doctor", "--json", "--steps", "2", "--",
-                             sys.executable, str(script), str(crash_at)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             sys.executable, str(script), str(crash_at)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env, start_new_session=True)
 
 

@@ -50,7 +50,8 @@ def test_bad_script_reports_exactly_its_four_problems_and_passes_its_exit_code_t
     assert report["breakdown_share"]["data"] > 0.10
     assert abs(sum(report["breakdown_share"].values()) - 1.0) < 1e-6
     page = (tmp_path / "d.html").read_text()
-    assert page.count("data:image/png;base64,") == 2 and "<script src" not in page and "http" not in page.split("</style>")[0]
+    assert page.count("data:image/png;base64,") == 2 and "<script src" not in page \
+        and "http" not in page.split("</style>")[0]
     assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
 
 

@@ -75,7 +75,7 @@ def test_batch_norm_statistics_are_updated_once_despite_recompute():
     plain, wrapped, batch = tiny_cnn().train(), tiny_cnn().train(), cnn_batch()
     apply_checkpointing(wrapped, CheckpointBlocks(every=1))
     want, got = grads_of(plain, cnn_loss, batch), grads_of(wrapped, cnn_loss, batch)
-    for (name, a), b in zip(plain.named_buffers(), wrapped.buffers()):
+    for (name, a), b in zip(plain.named_buffers(), wrapped.buffers(), strict=True):
         assert torch.equal(a, b), name  # running_mean/var/num_batches_tracked: one update, not two
     for k in want:
         torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=1e-6)

@@ -56,7 +56,7 @@ def test_backward_compile_failure_reruns_the_step_eagerly():
     with pytest.warns(RuntimeWarning, match="backward compiler exploded"):
         got = train_step(parts[1], batch)
     torch.testing.assert_close(got, want)
-    for p, q in zip(model.parameters(), reference.parameters()):
+    for p, q in zip(model.parameters(), reference.parameters(), strict=True):
         torch.testing.assert_close(p, q)  # one update, from clean gradients: no double accumulation
     assert change.fallback.reason is not None
     change.revert()

@@ -32,7 +32,7 @@ def test_sgd_for_loop_and_foreach_are_bitwise_identical():
     make = lambda ps: torch.optim.SGD(ps, lr=0.1)  # noqa: E731
     loop, _ = _train("for_loop", make)
     multi, _ = _train("foreach", make)
-    assert all(torch.equal(a, b) for a, b in zip(loop, multi))
+    assert all(torch.equal(a, b) for a, b in zip(loop, multi, strict=True))
 
 
 @pytest.mark.parametrize("impl", ["foreach", "fused"])
@@ -44,7 +44,7 @@ def test_adamw_implementations_agree_within_rounding(impl):
     make = lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1)  # noqa: E731
     loop, _ = _train("for_loop", make)
     other, _ = _train(impl, make)
-    for a, b in zip(loop, other):
+    for a, b in zip(loop, other, strict=True):
         torch.testing.assert_close(b, a, rtol=0, atol=1e-2 * 1e-2)
 
 

@@ -20,11 +20,13 @@ def tips_command(
     workload: Optional[str] = typer.Argument(None, help=WORKLOAD_HELP + " Default: gpt-mini."),
     steps: int = typer.Option(6, "--steps", min=1, help="Timed steps per plan (median), after warm-up."),
     warmup: int = typer.Option(2, "--warmup", min=0, help="Untimed steps per plan first (compilation happens here)."),
-    only: Optional[list[str]] = typer.Option(None, "--only", help="Measure only this transform (repeatable), e.g. --only checkpointing."),
+    only: Optional[list[str]] = typer.Option(
+        None, "--only", help="Measure only this transform (repeatable), e.g. --only checkpointing."),
     folklore: bool = typer.Option(True, "--folklore/--no-folklore", help="Also run the folklore checks."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1 or auto."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of tables."),
-    markdown: Optional[Path] = typer.Option(None, "--markdown", help="Also write the result as a markdown page (docs/tips.md)."),
+    markdown: Optional[Path] = typer.Option(None, "--markdown",
+                                            help="Also write the result as a markdown page (docs/tips.md)."),
 ) -> None:
     """Measure each registered transform alone against the eager fp32 baseline on WORKLOAD (speed,
     peak memory, loss difference), interleaved in one process; then check common folklore."""

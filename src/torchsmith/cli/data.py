@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Optional, cast
 
 import typer
 
@@ -27,15 +27,17 @@ def pack_command(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace the shards of an existing store in DEST."),
 ) -> None:
     """Pack SRC into a store of fixed-size .npy shards plus index.json (atomic: no half store)."""
-    from torchsmith.data.pack import pack_source
+    from torchsmith.data.pack import Tokenizer, pack_source
     from torchsmith.report.console import console
     from torchsmith.report.data import render_pack, task_progress
 
     with user_errors():
         start = time.perf_counter()
         with task_progress("packing", console) as update:
-            index = pack_source(src, dest, tokenizer=tokenizer, seq_len=seq_len, shard_bytes=int(shard_mb * 2**20),
-                                overwrite=overwrite, progress=lambda done, total: update(done, total, "files"))
+            # cast: tokenize checks the name (an unknown one raises StoreError)
+            index = pack_source(src, dest, tokenizer=cast(Tokenizer, tokenizer), seq_len=seq_len,
+                                shard_bytes=int(shard_mb * 2**20), overwrite=overwrite,
+                                progress=lambda done, total: update(done, total, "files"))
     render_pack(index, dest, time.perf_counter() - start, console)
 
 
@@ -58,7 +60,8 @@ def verify_command(dest: Path = typer.Argument(..., help="The store directory.")
 def tune_command(
     target: str = typer.Argument(..., help="A store directory, or a workload with a loader factory (e.g. cnn-mini)."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", min=1, help="Samples per batch (stores; required)."),
-    plan: Optional[Path] = typer.Option(None, "--plan", help="Plan to update; default: --out if it exists, else as written."),
+    plan: Optional[Path] = typer.Option(None, "--plan",
+                                        help="Plan to update; default: --out if it exists, else as written."),
     out: Path = typer.Option(Path("plan.json"), "--out", help="Where to write the plan with the recommended loader."),
     write: bool = typer.Option(True, "--write/--no-write", help="Write the plan (default) or only print."),
     batches: int = typer.Option(10, "--batches", min=1, help="Batches per timed pass."),
@@ -67,7 +70,8 @@ def tune_command(
     worker_threads: int = typer.Option(1, "--worker-threads", min=1, help="torch threads inside each worker (stores)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of a table."),
 ) -> None:
-    """Measure loader throughput across workers, prefetch, persistence, batch fetch and pinning; recommend the fastest."""
+    """Measure loader throughput across workers, prefetch, persistence, batch fetch and pinning;
+    recommend the fastest."""
     from torchsmith.data.loader import LoaderArgs
     from torchsmith.data.loader_tune import tune_loader
     from torchsmith.plan import Plan
@@ -75,7 +79,8 @@ def tune_command(
     from torchsmith.report.data import render_tune, task_progress
 
     with user_errors():
-        factory, per_batch, written, batch_fetch = _target(target, batch_size, LoaderArgs(worker_threads=worker_threads))
+        factory, per_batch, written, batch_fetch = _target(target, batch_size,
+                                                           LoaderArgs(worker_threads=worker_threads))
         with task_progress("measuring loaders", console, quiet=as_json) as update:
             result = tune_loader(factory, samples_per_batch=per_batch, written=written, batches=batches, passes=passes,
                                  rounds=rounds, try_batch_fetch=batch_fetch, progress=update)
@@ -107,7 +112,8 @@ def _target(target: str, batch_size: int | None, written):
     w = load_workload(target)
     if w.loader is None:
         raise ValueError(f"workload {w.name!r} has no loader factory, so its loader cannot be rebuilt.\n"
-                         "Tip: give Workload(loader=lambda cfg: torchsmith.data.loader.make_loader(dataset, cfg, ...)), "
+                         "Tip: give Workload(loader=lambda cfg: "
+                         "torchsmith.data.loader.make_loader(dataset, cfg, ...)), "
                          "or tune a packed store: torchsmith data tune STORE --batch-size B")
     per_batch = w.samples_per_batch or 1
     if batch_size is not None and batch_size != per_batch:

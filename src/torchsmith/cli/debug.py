@@ -98,10 +98,11 @@ def nan_command(
         w = load_workload(workload)
         step = build_step(w, Plan(), resolve_device(device))
         parts, batches, finding, done = step.parts, w.cycle(), None, 0
-        with NaNSentinel(step.model) as sentinel, step_progress(f"{w.name}: NaN sentinel", steps, quiet=as_json) as advance:
+        with NaNSentinel(step.model) as sentinel, \
+                step_progress(f"{w.name}: NaN sentinel", steps, quiet=as_json) as advance:
             for _ in range(steps):
                 batch = to_device(next(batches), parts.device)
-                finding = sentinel.watch(lambda: _accumulate(parts, batch, _NULL_TIMER))
+                finding = sentinel.watch(lambda: _accumulate(parts, batch, _NULL_TIMER))  # noqa: B023 - watch calls it before returning
                 done += 1
                 if finding is not None:
                     break
@@ -124,14 +125,16 @@ def _parse_shapes(text: str) -> list[tuple[int, ...]]:
         return [tuple(int(d) for d in part.split("x")) if part.strip() not in ("", "scalar") else ()
                 for part in text.split(",")]
     except ValueError:
-        raise ValueError(f"--shapes {text!r}: expected comma-separated shapes like 3x4,4 (use 'scalar' for 0-d).") from None
+        raise ValueError(f"--shapes {text!r}: expected comma-separated shapes like 3x4,4 "
+                         f"(use 'scalar' for 0-d).") from None
 
 
 @debug_app.command("gradcheck")
 def gradcheck_command(
     target: str = typer.Argument(..., help="module:FunctionOrOp: an autograd.Function subclass, a torch.library "
                                            "custom op, or a callable; also path/to/file.py:Name."),
-    inputs: Optional[str] = typer.Option(None, "--inputs", help="module:factory returning the example inputs (a tuple)."),
+    inputs: Optional[str] = typer.Option(None, "--inputs",
+                                         help="module:factory returning the example inputs (a tuple)."),
     shapes: Optional[str] = typer.Option(None, "--shapes", help="Input shapes, e.g. 3x4,4: random float64 inputs."),
     atol: float = typer.Option(1e-5, "--atol"),
     rtol: float = typer.Option(1e-3, "--rtol"),
@@ -167,7 +170,8 @@ def gradcheck_command(
 def graph_command(
     workload: Optional[str] = typer.Argument(None, help=WORKLOAD_HELP + " Default: gpt-mini."),
     max_nodes: int = typer.Option(60, "--max-nodes", min=1, help="Nodes to list in the table."),
-    explain: bool = typer.Option(True, "--explain/--no-explain", help="Count torch.compile graph breaks (dynamo explain)."),
+    explain: bool = typer.Option(True, "--explain/--no-explain",
+                                 help="Count torch.compile graph breaks (dynamo explain)."),
     as_json: bool = typer.Option(False, "--json", help="Print every node as JSON."),
 ) -> None:
     """Trace WORKLOAD's model (fx, or torch.export where fx fails): shapes, FLOPs per node, graph breaks.

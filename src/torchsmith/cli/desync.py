@@ -39,6 +39,9 @@ def desync_command(
                              f"{workload or 'gpt-mini'} --steps {steps}")
         w = load_workload(workload)
         session = DistSession.from_env(resolve_device(device), None)
+        if session is None:
+            raise ValueError("debug desync found no distributed environment to join (torchrun's variables are set, "
+                             "but init_from_env found no process group).")
         p = session.plan(Plan.load(plan) if plan else Plan())
         step = build_step(w, p, session.ctx.device)
         for batch in islice(_epochs(w), steps):

@@ -16,14 +16,17 @@ from torchsmith.cli.common import WORKLOAD_HELP, user_errors
 def doctor_command(
     target: Optional[list[str]] = typer.Argument(
         None, help=WORKLOAD_HELP + " Default: gpt-mini. Or, after --, a command: -- python train.py --its --args"),
-    steps: int = typer.Option(3, "--steps", min=1, max=20, help="Steps to record (1-20) after 1 first, 1 wait and 1 warm-up step."),
+    steps: int = typer.Option(3, "--steps", min=1, max=20,
+                              help="Steps to record (1-20) after 1 first, 1 wait and 1 warm-up step."),
     report: Optional[Path] = typer.Option(None, "--report", help="Write a self-contained HTML report here."),
     trace: Optional[Path] = typer.Option(None, "--trace", help="Keep the Chrome/Perfetto trace here (size-capped)."),
     verify: bool = typer.Option(False, "--verify", help="Workloads: re-measure each fix that maps to a plan knob."),
-    stop_after: bool = typer.Option(False, "--stop-after", help="Scripts: stop the script once the window is recorded."),
+    stop_after: bool = typer.Option(False, "--stop-after",
+                                    help="Scripts: stop the script once the window is recorded."),
     max_trace_mb: float = typer.Option(200.0, "--max-trace-mb", min=1.0, help="Cap on the kept trace file."),
     probe_threads: bool = typer.Option(True, "--probe-threads/--no-probe-threads",
-                                       help="CPU: after the window, time up to 12 more steps at suspected thread counts."),
+                                       help="CPU: after the window, time up to 12 more steps at suspected "
+                                            "thread counts."),
     device: str = typer.Option("auto", "--device", help="Workloads: cpu, cuda, cuda:1 or auto."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON instead of tables."),
 ) -> None:
@@ -48,7 +51,8 @@ def doctor_command(
         if is_script:
             if verify:
                 raise ValueError("--verify re-runs a workload with a fix applied; it cannot edit a script.\n"
-                                 "Tip: apply the fix shown in the script, or describe it as a workload (mymod:workload).")
+                                 "Tip: apply the fix shown in the script, or describe it as a workload "
+                                 "(mymod:workload).")
             try:
                 result = doctor_script(python_command(args), cfg, trace=trace)
             except DoctorError as err:
@@ -57,7 +61,8 @@ def doctor_command(
                 raise typer.Exit((code if code > 0 else 128 - code) if code else 2) from None
         else:
             w = load_workload(args[0] if args else None)
-            with console.status(f"profiling {w.name}: {cfg.steps_needed} steps", spinner="dots") if not as_json else _null():
+            with console.status(f"profiling {w.name}: {cfg.steps_needed} steps", spinner="dots") \
+                    if not as_json else _null():
                 result = doctor_workload(w, cfg, device=None if device == "auto" else device, trace=trace)
             if verify:
                 _verify(w, result, verify_fixes, as_json)
@@ -86,7 +91,7 @@ def _verify(workload, result, verify_fixes, quiet: bool) -> None:
         verify_fixes(workload, result, on_step=lambda done, total: progress.update(task, completed=done, total=total))
 
 
-class _null:
+class _null:  # noqa: N801 - used as a function
     def __enter__(self):
         return self
 

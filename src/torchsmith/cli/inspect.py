@@ -15,7 +15,8 @@ from torchsmith.cli.common import WORKLOAD_HELP, user_errors
 def inspect_command(
     workload: Optional[str] = typer.Argument(None, help=WORKLOAD_HELP + " Default: gpt-mini."),
     depth: int = typer.Option(3, "--depth", min=0, help="Show modules down to this nesting depth."),
-    nodes: bool = typer.Option(False, "--nodes", help="Also list every fx graph node with its shape (when tracing works)."),
+    nodes: bool = typer.Option(False, "--nodes",
+                               help="Also list every fx graph node with its shape (when tracing works)."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1 or auto."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of tables."),
 ) -> None:

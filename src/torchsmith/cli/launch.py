@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Literal, Optional, cast
 
 import typer
 
@@ -12,14 +12,20 @@ from torchsmith.cli.common import user_errors
 
 @app.command("launch", context_settings={"allow_interspersed_args": False})
 def launch_command(
-    command: list[str] = typer.Argument(..., help="The torchsmith command each worker runs, after `--`: e.g. -- run mlp --steps 100."),
+    command: list[str] = typer.Argument(..., help="The torchsmith command each worker runs, after `--`: "
+                                                  "e.g. -- run mlp --steps 100."),
     nproc_per_node: int = typer.Option(1, "--nproc-per-node", min=1, help="Workers on this machine (one per GPU)."),
     nnodes: str = typer.Option("1", "--nnodes", help="N, or MIN:MAX for an elastic job that goes on with MIN nodes."),
-    rdzv_backend: str = typer.Option("c10d", "--rdzv-backend", help="c10d (TCPStore on one node) or etcd-v2 (an etcd server)."),
-    rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", help="HOST:PORT every node reaches. Default: a free port on 127.0.0.1."),
-    rdzv_id: Optional[str] = typer.Option(None, "--rdzv-id", help="Job id, the same on every node of a multi-node job."),
-    max_restarts: int = typer.Option(0, "--max-restarts", min=0, help="Restart the worker group up to R times after a failure."),
-    log_dir: Optional[str] = typer.Option(None, "--log-dir", help="Also write each worker's output to LOG_DIR/<run>/attempt_<n>/<rank>/."),
+    rdzv_backend: str = typer.Option("c10d", "--rdzv-backend",
+                                     help="c10d (TCPStore on one node) or etcd-v2 (an etcd server)."),
+    rdzv_endpoint: Optional[str] = typer.Option(
+        None, "--rdzv-endpoint", help="HOST:PORT every node reaches. Default: a free port on 127.0.0.1."),
+    rdzv_id: Optional[str] = typer.Option(None, "--rdzv-id",
+                                          help="Job id, the same on every node of a multi-node job."),
+    max_restarts: int = typer.Option(0, "--max-restarts", min=0,
+                                     help="Restart the worker group up to R times after a failure."),
+    log_dir: Optional[str] = typer.Option(None, "--log-dir",
+                                          help="Also write each worker's output to LOG_DIR/<run>/attempt_<n>/<rank>/."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the torchrun command without running it."),
 ) -> None:
     """Start COMMAND on every worker with torchrun (elastic agent, rendezvous, restarts).
@@ -34,7 +40,8 @@ def launch_command(
         with user_errors():
             raise ValueError(f"--rdzv-backend {rdzv_backend!r} is not one of c10d, etcd-v2.")
     with user_errors():
-        cfg = LaunchConfig(nproc_per_node=nproc_per_node, nnodes=nnodes, rdzv_backend=rdzv_backend,
+        cfg = LaunchConfig(nproc_per_node=nproc_per_node, nnodes=nnodes,
+                           rdzv_backend=cast(Literal["c10d", "etcd-v2"], rdzv_backend),  # checked above
                            rdzv_endpoint=rdzv_endpoint, rdzv_id=rdzv_id, max_restarts=max_restarts, log_dir=log_dir)
         cmd, notes = build_command(cfg, list(command))
         if rdzv_endpoint and rdzv_backend == "c10d" and not dry_run:

@@ -102,7 +102,7 @@ def _drain(loader: Any, epoch: int, batches: int) -> int:
         loader.set_limit(batches)  # a short but complete epoch: no prefetched work is thrown away
     n = 0
     it = iter(loader)
-    for _ in zip(range(batches), it):
+    for _ in zip(range(batches), it, strict=False):
         n += 1
     if hasattr(it, "close"):
         it.close()  # a generator over a DataLoader: let it drop its iterator now
@@ -122,7 +122,8 @@ def tune_loader(factory: Factory, *, samples_per_batch: int, written: LoaderArgs
     counts = worker_counts or sorted({0, 1, 2, max(1, cores // 2), cores} | {written.num_workers})
     stages: list[tuple[str, Callable[[LoaderArgs], list[LoaderArgs]]]] = [
         # Workers compared in steady state (persistent): start-up is judged in its own stage.
-        ("num_workers", lambda a: [dataclasses.replace(a, num_workers=n, persistent_workers=n > 0 or a.persistent_workers)
+        ("num_workers", lambda a: [dataclasses.replace(a, num_workers=n,
+                                                       persistent_workers=n > 0 or a.persistent_workers)
                                    for n in counts]),
         ("prefetch_factor", lambda a: [dataclasses.replace(a, prefetch_factor=f) for f in (2, 4, 8)]
          if a.num_workers else []),

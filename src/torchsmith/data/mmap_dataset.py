@@ -83,7 +83,7 @@ class MmapDataset(Dataset):
             return as_tensor(data[j])  # a view into the mapping: no copy
         return as_tensor(data[offsets[j]:offsets[j + 1]])
 
-    def get_batch(self, indices: Sequence[int]) -> Any:
+    def get_batch(self, indices: Sequence[int] | np.ndarray | torch.Tensor) -> Any:
         """Gather samples in one copy into a ``(len(indices), *shape)`` tensor (a list if ragged).
 
         Inside a DataLoader worker the batch is allocated in shared memory, so sending it to
@@ -94,6 +94,7 @@ class MmapDataset(Dataset):
             return [self[int(i)] for i in idx]
         shards = np.searchsorted(self._starts, idx, side="right") - 1
         dtype = np.dtype(self.index.dtype)
+        assert self.index.shape is not None  # not ragged (returned above): samples share one shape
         out = _empty((idx.size, *self.index.shape), dtype)
         local = idx - self._starts[shards]
         if idx.size and (shards == shards[0]).all():  # the common case: one gather, one copy
@@ -127,7 +128,7 @@ class MmapDataset(Dataset):
         mapped = {int(k): torch.from_numpy(self._shard(int(k))[0]) for k in np.unique(shards)}  # no copy
         return [mapped[k][j] for k, j in zip(shards.tolist(), local, strict=True)]
 
-    def _checked(self, indices: Sequence[int]) -> np.ndarray:
+    def _checked(self, indices: Sequence[int] | np.ndarray | torch.Tensor) -> np.ndarray:
         """Indices as int64, negatives wrapped; IndexError naming the first out of range."""
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         if idx.size and (idx.min() < -len(self) or idx.max() >= len(self)):
@@ -156,7 +157,8 @@ class MmapDataset(Dataset):
         if data.dtype != np.dtype(self.index.dtype) or (expected is not None and data.shape != expected):
             raise StoreError(f"{self.path / record.data.name} holds {data.dtype}{list(data.shape)}; the index "
                              f"says {self.index.dtype}{list(expected or ['?'])}.\nTip: re-pack the store.")
-        if offsets is not None and (offsets.shape != (record.samples + 1,) or offsets[-1] != data.shape[0]):
+        if offsets is not None and record.offsets is not None and (
+                offsets.shape != (record.samples + 1,) or offsets[-1] != data.shape[0]):
             raise StoreError(f"{self.path / record.offsets.name} does not match its data shard "
                              f"({offsets.shape[0]} offsets for {record.samples} samples).\nTip: re-pack the store.")
         self._open[k] = (data, offsets)

@@ -27,7 +27,7 @@ def pack_arrays(samples: np.ndarray, dest: str | os.PathLike, **kw: Any) -> Stor
         raise StoreError(f"expected an array of samples (N, ...), found shape {samples.shape}.")
     with StoreWriter(dest, dtype=samples.dtype, shape=samples.shape[1:], **kw) as w:
         w.add_many(samples)
-    return w.index
+    return w.close()  # closed by the with block: returns its index
 
 
 def pack_bytes(blobs: Iterable[bytes], dest: str | os.PathLike, **kw: Any) -> StoreIndex:
@@ -35,7 +35,7 @@ def pack_bytes(blobs: Iterable[bytes], dest: str | os.PathLike, **kw: Any) -> St
     with StoreWriter(dest, dtype=np.uint8, shape=None, **kw) as w:
         for blob in blobs:
             w.add(np.frombuffer(blob, dtype=np.uint8))
-    return w.index
+    return w.close()  # closed by the with block: returns its index
 
 
 def pack_npy_folder(src: str | os.PathLike, dest: str | os.PathLike, *,
@@ -57,7 +57,7 @@ def pack_npy_folder(src: str | os.PathLike, dest: str | os.PathLike, *,
             w.add(arr)
             if progress and (w.count % 1000 == 0 or w.count == len(files)):
                 progress(w.count, len(files))
-    return w.index
+    return w.close()  # closed by the with block: returns its index
 
 
 def _load_npy(path: Path) -> np.ndarray:

@@ -103,9 +103,9 @@ class GradMonitor:
             return
         device = self.params[0].device
         idx = sorted(i for i in arrived if self.params[i].grad is not None)
-        L = len(self.layers)
-        sq = torch.zeros(2, L, device=device, dtype=torch.float32)
-        got = torch.zeros(L, device=device, dtype=torch.float32)
+        n_layers = len(self.layers)
+        sq = torch.zeros(2, n_layers, device=device, dtype=torch.float32)
+        got = torch.zeros(n_layers, device=device, dtype=torch.float32)
         if idx:
             layer = self._layer_of[idx].to(device)
             gnorm = torch.stack(torch._foreach_norm([self.params[i].grad for i in idx])).float()  # type: ignore[misc]  # (P,); idx: grads not None
@@ -115,7 +115,7 @@ class GradMonitor:
         sq[1].index_add_(0, self._layer_of.to(device), wnorm * wnorm)
         norms = torch.cat([sq.sqrt(), got[None]]).cpu().tolist()  # the one sync of this step
         self.steps.append(self._calls)
-        self.grad_norms.append([g if n > 0 else math.nan for g, n in zip(norms[0], norms[2])])
+        self.grad_norms.append([g if n > 0 else math.nan for g, n in zip(norms[0], norms[2], strict=True)])
         self.weight_norms.append(norms[1])
 
     def report(self) -> GradReport:
@@ -128,7 +128,7 @@ class GradMonitor:
         ratios: dict[str, float] = {}
         for j, layer in enumerate(self.layers):
             col = [row[j] for row in self.grad_norms]
-            seen = [(s, g) for s, g in zip(self.steps, col) if not math.isnan(g)]
+            seen = [(s, g) for s, g in zip(self.steps, col, strict=True) if not math.isnan(g)]
             if col and not seen:
                 flags.append(GradFlag(layer, "no_grad", None, math.nan, "never received a gradient"))
                 continue
@@ -137,9 +137,11 @@ class GradMonitor:
                 if not math.isfinite(g):
                     flags.append(GradFlag(layer, "exploding", s, g, "gradient norm is not finite"))
                 elif len(past) >= 3 and g > self.spike * statistics.median(past) > 0:
-                    flags.append(GradFlag(layer, "exploding", s, g, f"norm {g:.3g} is {g / statistics.median(past):.0f}x "
+                    flags.append(GradFlag(layer, "exploding", s, g,
+                                          f"norm {g:.3g} is {g / statistics.median(past):.0f}x "
                                           f"the median {statistics.median(past):.3g} of its last {len(past)} steps"))
-            rs = [g / w for (g, w) in ((row[j], wrow[j]) for row, wrow in zip(self.grad_norms, self.weight_norms))
+            rs = [g / w for (g, w) in ((row[j], wrow[j])
+                                       for row, wrow in zip(self.grad_norms, self.weight_norms, strict=True))
                   if math.isfinite(g) and w > 0]
             if rs:
                 ratios[layer] = statistics.median(rs)
@@ -147,7 +149,8 @@ class GradMonitor:
         for layer, r in ratios.items():
             if r < self.vanish_ratio or r < self.vanish_rel * best:
                 flags.append(GradFlag(layer, "vanishing", None, r, f"median |grad|/|weight| {r:.2e} "
-                                      f"(best layer {best:.2e}; thresholds {self.vanish_ratio:g}, {self.vanish_rel:g}x best)"))
+                                      f"(best layer {best:.2e}; thresholds {self.vanish_ratio:g}, "
+                                      f"{self.vanish_rel:g}x best)"))
         return flags
 
     def close(self) -> None:

@@ -104,7 +104,8 @@ def _float_outputs(out: Any) -> list[torch.Tensor]:
 
 
 def _jacobians(fn: Callable, args: tuple, i: int, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(analytical, numerical) Jacobian of the differentiable outputs w.r.t. input ``i``: (outputs numel, input numel)."""
+    """(analytical, numerical) Jacobian of the differentiable outputs w.r.t. input ``i``:
+    (outputs numel, input numel)."""
     x = args[i]
     outs = _float_outputs(fn(*args))
     keep = [k for k, o in enumerate(outs) if o.requires_grad]  # e.g. a custom op's auxiliary outputs do not
@@ -147,10 +148,12 @@ def check_gradients(target: Any, inputs: Sequence[Any] | None = None, *, shapes:
     if inputs is None:
         if shapes is None:
             raise ValueError(f"no inputs for {name or target!r}: give example inputs or the input shapes.\n"
-                             "Tip: --inputs mymod:make_inputs (a function returning a tuple of tensors) or --shapes 3x4,4")
+                             "Tip: --inputs mymod:make_inputs (a function returning a tuple of tensors) "
+                             "or --shapes 3x4,4")
         args = make_inputs(shapes)
     else:
-        args = tuple(a.detach().to(torch.float64).requires_grad_() if isinstance(a, torch.Tensor) and a.is_floating_point()
+        args = tuple(a.detach().to(torch.float64).requires_grad_()
+                     if isinstance(a, torch.Tensor) and a.is_floating_point()
                      else a for a in inputs)
     diff = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.requires_grad]
     too_big = [i for i in diff if args[i].numel() > max_numel]

@@ -78,7 +78,7 @@ def _quiet():
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             yield
     finally:
-        for lg, level in zip(loggers, levels):
+        for lg, level in zip(loggers, levels, strict=True):
             lg.setLevel(level)
 
 
@@ -105,7 +105,8 @@ def _shapes(value: Any) -> tuple[list[list[int]], str | None]:
     return [list(t.shape) for t in tensors], (str(tensors[0].dtype).removeprefix("torch.") if tensors else None)
 
 
-def graph_breaks(model: nn.Module, args: tuple, kwargs: dict | None = None) -> tuple[int | None, list[GraphBreak], str | None]:
+def graph_breaks(model: nn.Module, args: tuple,
+                 kwargs: dict | None = None) -> tuple[int | None, list[GraphBreak], str | None]:
     """(graph count, breaks, error) from ``torch._dynamo.explain``; compiles nothing for real."""
     import torch._dynamo
 
@@ -150,15 +151,19 @@ def inspect_graph(model: nn.Module, args: tuple, kwargs: dict | None = None, *, 
     for n in gm.graph.nodes if gm is not None else []:
         assert prop is not None  # set whenever gm is
         meta = n.meta.get("tensor_meta")
-        shapes = ([list(m.shape) for m in tree_leaves(meta, is_leaf=lambda x: hasattr(x, "shape")) if hasattr(m, "shape")]
+        shapes = ([list(m.shape) for m in tree_leaves(meta, is_leaf=lambda x: hasattr(x, "shape"))
+                   if hasattr(m, "shape")]
                   if meta is not None else [])
-        dtype = next((str(m.dtype).removeprefix("torch.") for m in tree_leaves(meta, is_leaf=lambda x: hasattr(x, "dtype"))
+        dtype = next((str(m.dtype).removeprefix("torch.")
+                      for m in tree_leaves(meta, is_leaf=lambda x: hasattr(x, "dtype"))
                       if hasattr(m, "dtype")), None) if meta is not None else None
         if n.op == "call_module" and n.target == "_guards_fn":  # export's input guard, not the model's
             continue
         target = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", str(n.target))
-        nodes.append(NodeInfo(n.name, n.op, str(target), shapes, dtype, module=_module_of(n), flops=prop.flops.get(n.name, 0)))
+        nodes.append(NodeInfo(n.name, n.op, str(target), shapes, dtype, module=_module_of(n),
+                              flops=prop.flops.get(n.name, 0)))
     count, breaks, explain_error = graph_breaks(model, args, kwargs) if explain else (None, [], None)
     model.train(was_training)
-    return GraphReport(tracer=tracer, fx_error=fx_error, export_error=export_error, nodes=nodes, total_flops=sum(n.flops for n in nodes),
+    return GraphReport(tracer=tracer, fx_error=fx_error, export_error=export_error, nodes=nodes,
+                       total_flops=sum(n.flops for n in nodes),
                        graph_count=count, graph_breaks=breaks, explain_error=explain_error)

@@ -83,7 +83,9 @@ class NaNSentinel:
             inp = self._input_flag(float_tensors(args))  # before the output's flag: it may add one
             self._order.append((name, len(self._flags), inp))
             # fp32 accumulation: a half-precision sum would overflow on finite values. No sync.
-            self._flags.append(sum(t.detach().sum(dtype=torch.float32) for t in outs))
+            flag = sum(t.detach().sum(dtype=torch.float32) for t in outs)
+            assert isinstance(flag, torch.Tensor)  # outs is not empty (returned above)
+            self._flags.append(flag)
             self._outputs[id(outs[0])] = (weakref.ref(outs[0]), len(self._flags) - 1)
         return hook
 
@@ -149,7 +151,8 @@ class NaNSentinel:
 
     def _resume(self) -> None:
         self._flags, self._order, self._last_out, self._outputs = [], [], None, {}
-        self._handles = [m.register_forward_hook(self._check_output(clean_name(n))) for n, m in self.model.named_modules()]
+        self._handles = [m.register_forward_hook(self._check_output(clean_name(n)))
+                         for n, m in self.model.named_modules()]
 
     def close(self) -> None:
         self._pause()

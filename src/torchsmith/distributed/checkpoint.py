@@ -40,6 +40,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -189,7 +190,7 @@ class DistCheckpointer:
             return None
         step = int(choice)
         path = step_dir(self.root, step)
-        skipped = sorted([(p, why) for p, why in skipped + corrupt if int(_STEP.match(p.name).group(1)) > step],
+        skipped = sorted([(p, why) for p, why in skipped + corrupt if _step_number(p) > step],
                          reverse=True)
         tensors, plain_template = _split(_state_dict(parts))
         try:
@@ -202,14 +203,14 @@ class DistCheckpointer:
         optim_plain = {}
         for rank_file in sorted(path.glob("rank_*.json")):  # ZeRO-1: each rank saved its own groups
             optim_plain.update(json.loads(rank_file.read_text())["optim_plain"])
-        optim = {k: v for k, v in tensors.items() if k.startswith("optim.")}
+        optim: dict[str, Any] = {k: v for k, v in tensors.items() if k.startswith("optim.")}
         for key, template in plain_template.items():
             if key in optim_plain:
                 value = optim_plain[key]
                 optim[key] = tuple(value) if isinstance(template, tuple) else value
             else:
                 optim[key] = template
-        model_sd = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
+        model_sd: dict[str, Any] = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
         set_model_state_dict(_inner(parts.model), model_sd)
         set_optimizer_state_dict(_inner(parts.model), _local_optimizer(parts),
                                  {k[len("optim."):]: v for k, v in optim.items()}, options=_FLAT)
@@ -258,7 +259,7 @@ def load_model_tensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
         raise DistCheckpointError(str(err)) from None
     out = {}
     for key, md in meta.state_dict_metadata.items():
-        if key.startswith("model.") and hasattr(md, "size"):
+        if key.startswith("model.") and isinstance(md, TensorStorageMetadata):  # not BytesStorageMetadata
             out[key] = torch.empty(md.size, dtype=md.properties.dtype)
     dcp.load(out, storage_reader=SafeFileSystemReader(str(path)), no_dist=True)
     return {k[len("model."):]: v for k, v in out.items()}
@@ -286,10 +287,18 @@ def _local_optimizer(parts: StepParts) -> torch.optim.Optimizer:
 
 def _state_dict(parts: StepParts) -> dict[str, Any]:
     model = _inner(parts.model)
-    state = {f"model.{k}": v for k, v in get_model_state_dict(model).items()}
+    state: dict[str, Any] = {f"model.{k}": v for k, v in get_model_state_dict(model).items()}
     optim = get_optimizer_state_dict(model, _local_optimizer(parts), options=_FLAT)
     state.update({f"optim.{k}": v for k, v in optim.items()})
     return state
+
+
+def _step_number(p: Path) -> int:
+    """The step of a ``step_XXXXXXXX`` directory."""
+    m = _STEP.match(p.name)
+    if m is None:
+        raise DistCheckpointError(f"{p} is not a step_XXXXXXXX checkpoint directory.")
+    return int(m.group(1))
 
 
 def _split(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -324,7 +333,8 @@ def _read_rank_json(path: Path, rank: int) -> dict[str, Any]:
     streams (model and optimizer tensors reshard exactly; RNG streams cannot)."""
     saved = len(list(path.glob("rank_*.json")))
     if saved == 0:
-        raise DistCheckpointError(f"{path} is marked complete but holds no rank_*.json: it was not written by torchsmith.")
+        raise DistCheckpointError(f"{path} is marked complete but holds no rank_*.json: "
+                                  f"it was not written by torchsmith.")
     source = rank if (path / f"rank_{rank:05d}.json").is_file() else rank % saved
     state = _unplain(json.loads((path / f"rank_{source:05d}.json").read_text()))
     state["rng_from_rank"] = source

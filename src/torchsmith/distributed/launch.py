@@ -8,7 +8,8 @@ Example::
 
     cfg = LaunchConfig(nproc_per_node=2, max_restarts=3)
     cmd, notes = build_command(cfg, ["run", "mlp", "--steps", "100"])
-    # [python, -m, torch.distributed.run, --nnodes, 1, --nproc-per-node, 2, ..., -m, torchsmith.cli.worker, run, mlp, ...]
+    # [python, -m, torch.distributed.run, --nnodes, 1, --nproc-per-node, 2, ...,
+    #  -m, torchsmith.cli.worker, run, mlp, ...]
 """
 
 from __future__ import annotations

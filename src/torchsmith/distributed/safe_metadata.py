@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import io
+import os
 import pickle
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,7 @@ class _RestrictedUnpickler(pickle.Unpickler):
             "to the previous one.")
 
 
-def load_metadata(path: str | Path) -> Metadata:
+def load_metadata(path: str | os.PathLike[str]) -> Metadata:
     """Unpickle a DCP ``.metadata`` file with the allowlist; :class:`MetadataRefusedError` otherwise."""
     path = Path(path)
     data = path.read_bytes()
@@ -83,7 +84,8 @@ class SafeFileSystemReader(FileSystemReader):
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         path = self._get_metadata_path(kwargs.get("rank"))
         metadata = load_metadata(path)
-        if getattr(metadata, "storage_meta", None) is None:
-            metadata.storage_meta = StorageMeta()
-        metadata.storage_meta.load_id = self.load_id
+        storage_meta = getattr(metadata, "storage_meta", None)
+        if storage_meta is None:
+            storage_meta = metadata.storage_meta = StorageMeta()
+        storage_meta.load_id = self.load_id
         return metadata

@@ -51,9 +51,14 @@ class DistSession:
 
     # --- checkpoints (engine/run_checkpoints.py adds the run identity around these) -------
 
+    def _checkpointer(self) -> DistCheckpointer:
+        if self.checkpointer is None:
+            raise RuntimeError("this DistSession has no checkpoint directory; pass checkpoint_dir to use checkpoints.")
+        return self.checkpointer
+
     def existing(self) -> list[Path]:
         """Step directories already in the checkpoint directory, oldest first."""
-        return [p for _, p, _ in list_steps(self.checkpointer.root)]
+        return [p for _, p, _ in list_steps(self._checkpointer().root)]
 
     def clear(self) -> None:
         """``--overwrite``: rank 0 deletes every step directory, once every rank has looked."""
@@ -65,7 +70,7 @@ class DistSession:
 
     def load_latest(self, step_fn: Any) -> DistLoaded | None:
         """Model and optimizer are restored in place; ``.state`` holds the rest for ``run``."""
-        return self.checkpointer.load_latest(step_fn.parts)
+        return self._checkpointer().load_latest(step_fn.parts)
 
     def save(self, step_fn: Any, step: int, plan: Plan, position: tuple[int, int], epoch_rng: dict,
              identity: dict[str, str] | None = None, prune: bool = True) -> Path:
@@ -73,7 +78,8 @@ class DistSession:
         every older step this time (the loss is non-finite)."""
         parts = step_fn.parts
         identity = identity or {}
-        self.checkpointer.run_id = identity.get("run_id", "")
+        checkpointer = self._checkpointer()
+        checkpointer.run_id = identity.get("run_id", "")
         extras = {
             "scheduler": parts.scheduler.state_dict() if parts.scheduler is not None else None,
             "scaler": parts.scaler.state_dict() if parts.scaler is not None else None,
@@ -84,13 +90,13 @@ class DistSession:
             "world_size": self.ctx.world_size,
             **identity,
         }
-        keep = self.checkpointer.keep_last_k
+        keep = checkpointer.keep_last_k
         if not prune:  # a non-finite loss: keep every older good step this time
-            self.checkpointer.keep_last_k = None
+            checkpointer.keep_last_k = None
         try:
-            return self.checkpointer.save(step, parts, extras)
+            return checkpointer.save(step, parts, extras)
         finally:
-            self.checkpointer.keep_last_k = keep
+            checkpointer.keep_last_k = keep
 
     def losses(self, losses: torch.Tensor) -> torch.Tensor:
         """Per-step losses of this rank's slices -> losses of the global batches (one all-reduce)."""

@@ -14,7 +14,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -68,7 +68,8 @@ class Finding:
         text = (f"first {self.kind.upper()} in {self.pass_}{step}: module {where}{op}{node}; "
                 f"inputs {self.input_shapes} -> outputs {self.output_shapes}; {inputs}")
         if self.own_code:
-            before = f"after child {self.last_finite_child} (finite output)" if self.last_finite_child else "before any child"
+            before = (f"after child {self.last_finite_child} (finite output)" if self.last_finite_child
+                      else "before any child")
             text += (f"; born in {where}'s own forward code, {before} and before child "
                      f"{self.first_nonfinite_child} (whose inputs were already non-finite)")
         if self.reproduced is False:
@@ -94,7 +95,7 @@ def float_tensors(obj: Any) -> list[torch.Tensor]:
     return [t for t in tree_leaves(obj) if isinstance(t, torch.Tensor) and t.is_floating_point()]
 
 
-def step_finite(loss: torch.Tensor, params: list[torch.Tensor]) -> torch.Tensor:
+def step_finite(loss: torch.Tensor, params: Sequence[torch.Tensor]) -> torch.Tensor:
     """A 0-d bool device tensor: the loss and the gradient norm are finite. No sync.
 
     The norm of all gradients is non-finite exactly when some element is (or it overflows,
@@ -143,7 +144,8 @@ class _Locator(TorchDispatchMode):
         # Map the autograd nodes this module created (children mapped theirs first), stopping at
         # its inputs' nodes and the parameters' AccumulateGrad: backward ops are attributed by node.
         stop = {t.grad_fn for t in tree_leaves(args) if isinstance(t, torch.Tensor)}
-        todo = [t.grad_fn for t in tree_leaves(output) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+        todo: list[torch.autograd.graph.Node | None] = [
+            t.grad_fn for t in tree_leaves(output) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
         while todo:
             node = todo.pop()
             if node is None or node in stop or node in self.node_module or not hasattr(node, "next_functions"):
@@ -214,9 +216,9 @@ def replay(model: nn.Module, fn: Callable[[], Any], rng: dict[str, Any]) -> Find
     try:
         return locate(model, fn)
     finally:
-        for p, g in zip(params, grads):
+        for p, g in zip(params, grads, strict=True):
             p.grad = g
         with torch.no_grad():
-            for b, saved in zip(model.buffers(), buffers):
+            for b, saved in zip(model.buffers(), buffers, strict=True):
                 b.copy_(saved)
         set_rng_state(after)

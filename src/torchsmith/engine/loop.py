@@ -327,7 +327,7 @@ def _batches(workload: Workload, epoch: int, index: int, resume_rng: tuple[dict,
             src.set_start(index)  # a resumable loader starts at the position: nothing is re-read
             skip = 0
         it = iter(src)
-        seen = index - skip + sum(1 for _ in zip(range(skip), it))  # fast-forward after a resume
+        seen = index - skip + sum(1 for _ in zip(range(skip), it, strict=False))  # fast-forward after a resume
         if resume_rng is not None:
             set_rng_state(resume_rng[1])
             resume_rng = None

@@ -58,7 +58,8 @@ class NonFiniteGuard:
         try:
             found = replay(model, replay_step, self._rng) if self._rng is not None else None
         except Exception as err:  # e.g. a compiled region that refuses the checking mode: keep the verdict
-            warnings.warn(f"nonfinite: the op-level re-run failed ({err!r}); no culprit named", RuntimeWarning)
+            warnings.warn(f"nonfinite: the op-level re-run failed ({err!r}); no culprit named", RuntimeWarning,
+                          stacklevel=1)
             found = None
         found = Finding(**{**found.__dict__, "step": self.step}) if found else Finding(
             module=OUTSIDE, op=None, pass_="forward", kind="nan/inf", inputs_finite=None, step=self.step)

@@ -270,7 +270,8 @@ class _State:
             horizon = self.compare_steps or len(losses)
             # Not max(): it skips NaN (every comparison with NaN is false), so a diverged candidate
             # would look equal to the baseline. Any non-finite term makes the whole figure NaN.
-            loss_diff = _max_or_nan(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses[:horizon], ref_losses))
+            loss_diff = _max_or_nan(abs(a - b) / max(abs(b), 1e-12)
+                                    for a, b in zip(losses[:horizon], ref_losses, strict=False))
             param_diff = _param_rel_diff(self.params_compared(), ref.params_compared(), ref.initial)
         return PlanMeasurement(
             plan=self.plan, step_seconds=summary(timed), step_times=timed,
@@ -291,7 +292,7 @@ def _max_or_nan(values: Iterator[float]) -> float:
 def _param_rel_diff(a: list[torch.Tensor], b: list[torch.Tensor], initial: list[torch.Tensor]) -> float:
     """Distance between two runs' parameters, relative to the distance training moved ``b``'s."""
     diff = moved = 0.0
-    for pa, pb, p0 in zip(a, b, initial):
+    for pa, pb, p0 in zip(a, b, initial, strict=True):
         pa, pb = pa.detach().float(), pb.detach().float()
         diff += (pa - pb).pow(2).sum().item()
         moved += (pb - p0.float()).pow(2).sum().item()

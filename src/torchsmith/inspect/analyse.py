@@ -129,8 +129,9 @@ def inspect_workload(workload: Workload, *, device: str | torch.device | None = 
     found = discover(model)
     # The per-block table: the blocks' container counts as depth 1 and each block as depth 2,
     # wherever they sit (ViT's `vit.layers.0` is 3 levels down, a ResNet stage 4).
-    keep = {}
+    keep: dict[str, int] = {}
     if found.blocks is not None:
+        assert found.blocks_path is not None  # discover sets blocks and blocks_path together
         keep = {found.blocks_path: 1, **{p: 2 for p, _ in found.block_items("inspect")}}
     rows = _rows(model, fwd.by_module, total.by_module, saved.by_module or {}, graph.module_shapes, depth, keep)
     params = sum(p.numel() for p in model.parameters())

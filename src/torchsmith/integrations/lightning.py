@@ -45,9 +45,11 @@ class TorchsmithCallback(pl.Callback):
         self.watch.start(pl_module, trainer.optimizers[0] if trainer.optimizers else None)
 
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
+        assert self.watch is not None  # Lightning calls on_train_start first
         self.watch.before_optimizer_step()
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        assert self.watch is not None  # Lightning calls on_train_start first
         report = self.watch.end()
         if trainer.is_global_zero:
             show(report, self.show, self.report_dir)

@@ -114,6 +114,7 @@ class Watch:
                                  "name the op; for an overflow lower the learning rate or clip gradients; "
                                  "nonfinite='skip_step' skips such steps instead.")
         if self.cfg.nonfinite == "skip_step":
+            assert self._model is not None  # start() set it, with the sentinel
             for p in self._model.parameters():
                 p.grad = None  # torch optimizers leave a parameter without a gradient untouched
             self.skipped += 1
@@ -130,6 +131,7 @@ class Watch:
                 doctor = report_capture(self._capture, self.target, trace=self.cfg.trace)
             except (DoctorError, ValueError) as err:
                 error = first_line(err)
+            assert self._tmp is not None  # start() made it, with the capture
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._capture = None
         grads = None

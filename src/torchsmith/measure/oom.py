@@ -56,7 +56,8 @@ def _requested_bytes(err: BaseException) -> int | None:
 @dataclass(frozen=True)
 class LiveTensor:
     what: str
-    """'param blocks.0.attn.c_attn.weight', 'grad ...', 'optimizer exp_avg of ...', 'saved for backward' or 'activation or input'."""
+    """'param blocks.0.attn.c_attn.weight', 'grad ...', 'optimizer exp_avg of ...', 'saved for backward'
+    or 'activation or input'."""
     shape: list[int]
     dtype: str
     bytes: int
@@ -93,7 +94,8 @@ class OOMReport:
         lines = [f"torchsmith OOM explanation ({self.device}"
                  + (f", tried to allocate {gib(self.requested_bytes)}" if self.requested_bytes else "") + "):",
                  f"  parameters {gib(self.params)}, gradients {gib(self.grads)}, optimizer state "
-                 f"{gib(self.optimizer_state)}, activations {gib(self.activations)}, other live tensors {gib(self.other)}"]
+                 f"{gib(self.optimizer_state)}, activations {gib(self.activations)}, "
+                 f"other live tensors {gib(self.other)}"]
         lines += [f"  largest: {t.what} {tuple(t.shape)} {t.dtype} {gib(t.bytes)}" for t in self.largest[:5]]
         lines += [f"  fix {i}: {f.name}, saves ~{gib(f.saving_bytes)}: {f.how}" for i, f in enumerate(self.fixes, 1)]
         return "\n".join(lines + ["  " + self.note])
@@ -145,14 +147,16 @@ def explain(err: BaseException, model: nn.Module | None = None,
     saved = _saved_tensors(frame_tensors)
     state: list[torch.Tensor] = [p for p in (model.parameters() if model else [])]
     state += [p.grad for p in state if p.grad is not None]
-    state += [v for st in (optimizer.state.values() if optimizer else []) for v in st.values() if isinstance(v, torch.Tensor)]
+    state += [v for st in (optimizer.state.values() if optimizer else []) for v in st.values()
+              if isinstance(v, torch.Tensor)]
     live: dict[int, LiveTensor] = {}
     saved_keys = {storage_key(t) for t in saved}
     for t in saved + frame_tensors + state:
         key = storage_key(t)
         if key not in live:
             what = names.get(key, "saved for backward" if key in saved_keys else "activation or input")
-            live[key] = LiveTensor(what, list(t.shape), str(t.dtype).removeprefix("torch."), t.untyped_storage().nbytes())
+            live[key] = LiveTensor(what, list(t.shape), str(t.dtype).removeprefix("torch."),
+                                   t.untyped_storage().nbytes())
     act = [t for t in live.values() if t.what in ("saved for backward", "activation or input")]
     acts = sum(t.bytes for t in act)
     saved_fp32 = sum(t.bytes for t in act if t.what == "saved for backward" and t.dtype == "float32")
@@ -168,7 +172,8 @@ def explain(err: BaseException, model: nn.Module | None = None,
                     if type(nbytes) is int:  # symbolic sizes (traced tensors) are not memory
                         others[storage_key(o)] = nbytes
     other = sum(n for key, n in others.items() if key not in live and key not in names)
-    device = next((p.device for p in model.parameters()), torch.device("cpu")) if model is not None else torch.device("cpu")
+    device = (next((p.device for p in model.parameters()), torch.device("cpu")) if model is not None
+              else torch.device("cpu"))
     allocated = torch.cuda.memory_allocated(device) if device.type == "cuda" else None
     if allocated is not None and split is not None:
         acts = max(acts, allocated - split.total)  # the allocator sees what the frames do not

@@ -32,9 +32,9 @@ from pathlib import Path
 import torch
 
 from torchsmith.atomic import atomic_write_text
+from torchsmith.measure.fingerprint import machine_fingerprint
 
 logger = logging.getLogger(__name__)
-from torchsmith.measure.fingerprint import machine_fingerprint
 
 __all__ = ["PeakFlops", "machine_peak_flops", "mfu", "checked_mfu", "cache_path"]
 

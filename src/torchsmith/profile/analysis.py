@@ -162,7 +162,8 @@ def _analyse(events: list[dict[str, Any]], top: int, steps: int | None = None) -
     if kernels:
         _kernel_stats(out, kernels, len(spans), top)
     out.peak_delta_bytes, out.cuda_peak_bytes = _memory(events, spans)
-    out.compiled_regions = sum(1 for e in events if e.get("ph") == "X" and e["name"].startswith("Torch-Compiled Region"))
+    out.compiled_regions = sum(1 for e in events
+                               if e.get("ph") == "X" and e["name"].startswith("Torch-Compiled Region"))
     return out
 
 
@@ -210,7 +211,8 @@ class _OpStats:
         for z in tl.events:
             if z["name"].startswith("Optimizer.zero_grad#"):
                 self.zero_grad_us += z["dur"]
-                self.zero_fill_ops += sum(1 for c in cpu_ops if c["name"] in ZERO_FILL_OPS and z["ts"] <= c["ts"] <= _end(z))
+                self.zero_fill_ops += sum(1 for c in cpu_ops
+                                          if c["name"] in ZERO_FILL_OPS and z["ts"] <= c["ts"] <= _end(z))
 
     def _syncs(self, tl: StepTimeline) -> None:
         self.steps_with_sync += bool(tl.syncs)
@@ -259,7 +261,8 @@ def _float64_tensor_arg(e: dict[str, Any]) -> bool:
     """A float64 *tensor* argument. The profiler records a Python float (``0.5 * x``) as
     ``double`` with empty dims, which is no float64 training at all."""
     args = e.get("args", {})
-    return any(t == "double" and d for t, d in zip(args.get("Input type", []), args.get("Input Dims", [])))
+    return any(t == "double" and d
+               for t, d in zip(args.get("Input type", []), args.get("Input Dims", []), strict=False))
 
 
 
@@ -302,7 +305,7 @@ def _where(frame: str) -> str:
 
 def _is_user(frame: str) -> bool:
     m = _FRAME.match(frame)
-    return bool(m) and "site-packages" not in m["file"] and not m["file"].startswith(("torch/", "<"))
+    return m is not None and "site-packages" not in m["file"] and not m["file"].startswith(("torch/", "<"))
 
 
 def _user_frame(e: dict[str, Any], evs: list[dict[str, Any]], pyid: dict[Any, dict[str, Any]]) -> str:
@@ -332,7 +335,7 @@ def _memory(events: list[dict[str, Any]], steps: list[dict[str, Any]]) -> tuple[
     live: dict[Any, int] = {}
     running, cuda_peak = 0, None
     bounds = [(s["ts"], s["ts"] + s["dur"]) for s in steps]
-    base = [None] * len(bounds)
+    base: list[int | None] = [None] * len(bounds)
     peaks = [0] * len(bounds)
     i = 0
     for e in mem:
@@ -350,6 +353,6 @@ def _memory(events: list[dict[str, Any]], steps: list[dict[str, Any]]) -> tuple[
             running += n
         else:
             running -= live.pop(a.get("Addr"), 0)
-        if i < len(bounds) and base[i] is not None:
-            peaks[i] = max(peaks[i], running - base[i])
+        if i < len(bounds) and (b := base[i]) is not None:
+            peaks[i] = max(peaks[i], running - b)
     return peaks, cuda_peak

@@ -100,7 +100,7 @@ class StepCapture:
         self._models: dict[int, weakref.ref] = {}
         self._optimizers: dict[int, weakref.ref] = {}
         self._loader_ids: set[int] = set()
-        self._orig_iter = None
+        self._orig_iter: Callable[..., Any] | None = None
         self.active = False
         self._last_step_end = 0.0
         self._primary: int | None = None  # id() of the optimizer whose steps end a loop cycle
@@ -130,11 +130,11 @@ class StepCapture:
         self._orig_iter = orig = DataLoader.__iter__
         capture = self
 
-        def __iter__(loader):
+        def __iter__(loader):  # noqa: N807 - installed as DataLoader.__iter__
             capture._note_loader(loader)
             return orig(loader)
 
-        DataLoader.__iter__ = __iter__
+        DataLoader.__iter__ = __iter__  # type: ignore[method-assign]  # deliberate patch, undone by uninstall
 
     def uninstall(self) -> None:
         from torch.utils.data import DataLoader
@@ -143,7 +143,7 @@ class StepCapture:
             h.remove()
         self._handles = []
         if self._orig_iter is not None:
-            DataLoader.__iter__ = self._orig_iter
+            DataLoader.__iter__ = self._orig_iter  # type: ignore[method-assign]  # restores the original
             self._orig_iter = None
 
     def finish(self) -> None:
@@ -192,7 +192,7 @@ class StepCapture:
         if id(optimizer) != self._primary:
             return  # a second optimizer steps inside the main one's cycle: no step boundary
         if self._probe is not None:
-            self._probe_step()
+            self._probe_step(self._probe)
             return
         f = self.facts
         f.steps_seen += 1
@@ -331,15 +331,15 @@ class StepCapture:
         self._last_step_end = time.perf_counter()
         return True
 
-    def _probe_step(self) -> None:
+    def _probe_step(self, probe: ThreadProbe) -> None:
         now = time.perf_counter()
-        self._probe.record(now - self._last_step_end)
+        probe.record(now - self._last_step_end)
         self._last_step_end = time.perf_counter()  # the switch itself is not timed
-        if self._probe.done:
+        if probe.done:
             self._complete()
 
 
-class _sigint_deferred:
+class _sigint_deferred:  # noqa: N801 - used as a function
     """Hold SIGINT while the window is exported; a Ctrl-C that arrived meanwhile acts after."""
 
     def __enter__(self) -> None:

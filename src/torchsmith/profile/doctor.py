@@ -40,6 +40,9 @@ from torchsmith.workload import Workload
 class DoctorError(ValueError):
     """Nothing to diagnose: the script never stepped an optimizer, or ended before the window."""
 
+    exit_code: int = 0
+    """The script's exit code, where a script ran."""
+
 
 @dataclass(frozen=True)
 class Verification:
@@ -130,7 +133,8 @@ def doctor_script(command: list[str], cfg: CaptureConfig | None = None, *,
                 f"`{shown}` ran {facts.steps_seen} optimizer steps and exited (code {code}) before the "
                 f"profiled window; the window needs {cfg.steps_needed} (1 first step + {cfg.wait} wait + "
                 f"{cfg.warmup} warmup + {cfg.active} recorded).\n"
-                f"Tip: run the script for more steps, or pass --steps {max(1, facts.steps_seen - 1 - cfg.wait - cfg.warmup)}.")
+                f"Tip: run the script for more steps, or pass "
+                f"--steps {max(1, facts.steps_seen - 1 - cfg.wait - cfg.warmup)}.")
             err.exit_code = code
             raise err
         report = _report(shown, "script", facts, Path(tmp), trace)
@@ -187,25 +191,26 @@ def verify(workload: Workload, report: DoctorReport, *, steps: int = 6, device: 
     from torchsmith.harness.compare import measure_plans
 
     base = _baseline_of(report)
-    todo = [f for f in report.findings if f.verify_plan is not None]
+    todo = [(f, f.verify_plan) for f in report.findings if f.verify_plan is not None]
     # Loader fixes act on the data wait, which measure_plans leaves out (it pre-fetches the
     # batches): those run through the engine, whose step time includes the wait.
-    loader = [f for f in todo if f.verify_plan.loader != base.loader]
-    step_fixes = [f for f in todo if f not in loader]
+    loader = [(f, plan) for f, plan in todo if plan.loader != base.loader]
+    step_fixes = [(f, plan) for f, plan in todo if (f, plan) not in loader]
     out: dict[str, Verification] = {}
     if step_fixes:
-        ms = measure_plans(workload, [base] + [f.verify_plan for f in step_fixes], warmup=2, steps=steps,
+        ms = measure_plans(workload, [base] + [plan for _, plan in step_fixes], warmup=2, steps=steps,
                            device=device, measure_memory=False, on_step=on_step)
-        for f, m in zip(step_fixes, ms[1:]):
+        for (f, _), m in zip(step_fixes, ms[1:], strict=True):
             out[f.rule] = Verification(f.rule, m.plan.describe(), ms[0].step_seconds, m.step_seconds,
                                        m.loss_rel_diff, m.error)
-    for f in loader:
-        out[f.rule] = _verify_by_runs(workload, f, base, steps, device)
-    report.verified = [out[f.rule] for f in todo]
+    for f, plan in loader:
+        out[f.rule] = _verify_by_runs(workload, f, plan, base, steps, device)
+    report.verified = [out[f.rule] for f, _ in todo]
     return report.verified
 
 
-def _verify_by_runs(workload: Workload, finding: Finding, base: Plan, steps: int, device: str | None) -> Verification:
+def _verify_by_runs(workload: Workload, finding: Finding, fix: Plan, base: Plan, steps: int,
+                    device: str | None) -> Verification:
     """Baseline and fix as whole engine runs, alternated A B A B; median step time (data wait included)."""
     from torchsmith.engine.loop import run
 
@@ -213,15 +218,15 @@ def _verify_by_runs(workload: Workload, finding: Finding, base: Plan, steps: int
     losses: dict[int, list[float]] = {}
     try:
         for _ in range(2):
-            for i, plan in enumerate((base, finding.verify_plan)):
+            for i, plan in enumerate((base, fix)):
                 result = run(workload, plan, steps=2 + steps, device=device, allow_nonfinite=True)
                 times[i].append(result.phases.step_median)
                 losses.setdefault(i, result.losses)
     except Exception as err:  # e.g. the workload has no loader factory: reported, not fatal
-        return Verification(finding.rule, finding.verify_plan.describe(), None, None,
+        return Verification(finding.rule, fix.describe(), None, None,
                             error=f"{type(err).__name__}: {first_line(err)}")
-    diff = max((abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses[1], losses[0])), default=None)
-    return Verification(finding.rule, finding.verify_plan.describe(), min(times[0]), min(times[1]), diff)
+    diff = max((abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses[1], losses[0], strict=False)), default=None)
+    return Verification(finding.rule, fix.describe(), min(times[0]), min(times[1]), diff)
 
 
 def _baseline_of(report: DoctorReport) -> Plan:

@@ -75,7 +75,7 @@ class DoctorContext:
         if not m:
             return None
         if a.cuda_peak_bytes or self.facts.cuda_peak_bytes:
-            peak = a.cuda_peak_bytes or self.facts.cuda_peak_bytes
+            peak = a.cuda_peak_bytes or self.facts.cuda_peak_bytes or 0  # one is set (the condition above)
         elif a.peak_delta_bytes and self.facts.live_bytes:
             # The first recorded step cannot see frees of blocks allocated before the trace
             # began (e.g. last step's gradients); later steps are exact, so prefer them.
@@ -100,7 +100,8 @@ def rule(rule_id: str, summary: str) -> Callable:
     """Register ``fn(ctx) -> Finding | None`` as the rule ``rule_id``."""
     def register(fn: Callable[[DoctorContext], Finding | None]) -> Callable:
         if rule_id in RULES:
-            raise ValueError(f"rule {rule_id!r} is registered twice ({RULES[rule_id].check.__qualname__}, {fn.__qualname__})")
+            raise ValueError(f"rule {rule_id!r} is registered twice "
+                             f"({RULES[rule_id].check.__qualname__}, {fn.__qualname__})")
         RULES[rule_id] = Rule(rule_id, summary, fn)
         return fn
     return register
@@ -132,7 +133,8 @@ def data_bound(ctx: DoctorContext) -> Finding | None:
     evidence = [f"data wait {_ms(a.seconds('data'))} of a {_ms(a.step_seconds)} step "
                 f"({share:.0%}, median of {len(a.steps)} recorded steps)"]
     for ld in ctx.facts.loaders:
-        evidence.append(f"DataLoader over {ld['dataset']}: num_workers={ld['num_workers']}, pin_memory={ld['pin_memory']}, "
+        evidence.append(f"DataLoader over {ld['dataset']}: num_workers={ld['num_workers']}, "
+                        f"pin_memory={ld['pin_memory']}, "
                         f"persistent_workers={ld['persistent_workers']}, prefetch_factor={ld['prefetch_factor']}")
     for site in a.getitem_sites[:2]:
         per_step = site.count / max(1, len(a.steps))
@@ -239,8 +241,10 @@ def many_small_ops(ctx: DoctorContext) -> Finding | None:
     share = a.share("forward") + a.share("backward")
     where = "kernels" if a.device == "cuda" else "operators"
     evidence = [f"{a.ops_per_step:.0f} {where} per step in forward+backward, median {a.median_op_us:.1f} µs",
-                f"{where} under the small-op threshold take {a.small_op_share:.0%} of forward+backward {where[:-1]} time"]
-    plan = ctx.plan.replace(compile=Compile(enabled=True)) if ctx.plan is not None and not ctx.plan.compile.enabled else None
+                f"{where} under the small-op threshold take {a.small_op_share:.0%} of forward+backward "
+                f"{where[:-1]} time"]
+    plan = (ctx.plan.replace(compile=Compile(enabled=True))
+            if ctx.plan is not None and not ctx.plan.compile.enabled else None)
     return Finding("many-small-ops", "Many small operators: launch/dispatch bound", _severity(share * a.small_op_share),
                    evidence, "model = torch.compile(model)   # fuses small ops into fewer kernels",
                    f"a part of forward+backward ({share:.0%} of the step), after a one-off compile", share, plan)
@@ -264,7 +268,8 @@ def threads(ctx: DoctorContext) -> Finding | None:
     evidence = [f"torch runs {current} intra-op thread(s) on {cores} usable core(s){beside}",
                 f"measured on this run's own steps, taken in turns ({len(at_current)} each at "
                 f"{', '.join(map(str, probe['threads']))} threads): "
-                f"{suspect} thread(s) {ratio:.2f}x faster, median {_ms(_median(at_suspect))} vs {_ms(_median(at_current))} "
+                f"{suspect} thread(s) {ratio:.2f}x faster, "
+                f"median {_ms(_median(at_suspect))} vs {_ms(_median(at_current))} "
                 f"per step; faster in {wins:.0%} of step pairs"]
     title = "CPU cores left idle" if suspect > current else "Too many CPU threads for this step"
     share = 1 - 1 / ratio

@@ -40,7 +40,7 @@ def grad_heatmap(report: GradReport) -> Any:
     whole_run = {f.layer: f.kind for f in report.flags if f.step is None}  # vanishing / no_grad: label the row
     ax.set_yticks(range(len(report.layers)),
                   labels=[f"{n} ({whole_run[n]})" if n in whole_run else n for n in report.layers], fontsize=7)
-    for label, name in zip(ax.get_yticklabels(), report.layers):
+    for label, name in zip(ax.get_yticklabels(), report.layers, strict=True):
         if name in whole_run:
             label.set_color("red")
     ticks = list(range(0, len(report.steps), max(1, len(report.steps) // 12)))
@@ -51,7 +51,8 @@ def grad_heatmap(report: GradReport) -> Any:
     for flag in report.flags:  # a spike: box the cell
         if flag.step is not None and flag.step in report.steps:
             row = report.layers.index(flag.layer)
-            ax.add_patch(plt.Rectangle((report.steps.index(flag.step) - 0.5, row - 0.5), 1, 1, fill=False, ec="red", lw=1.5))
+            ax.add_patch(plt.Rectangle((report.steps.index(flag.step) - 0.5, row - 0.5), 1, 1, fill=False, ec="red",
+                                       lw=1.5))
     fig.tight_layout()
     return fig
 
@@ -69,11 +70,13 @@ def grad_png(report: GradReport) -> bytes:
 
 def grads_html(report: GradReport, title: str, png: bytes | None = None) -> str:
     flags = table(["layer", "kind", "step", "value", "reason"],
-                  [(f.layer, f.kind, f.step if f.step is not None else "all", f"{f.value:.3g}", f.reason) for f in report.flags])
+                  [(f.layer, f.kind, f.step if f.step is not None else "all", f"{f.value:.3g}", f.reason)
+                   for f in report.flags])
     last = report.grad_norms[-1] if report.grad_norms else []
     layers = table(["layer", "last |grad|", "last |weight|"],
                    [(name, f"{g:.3g}", f"{w:.3g}") for name, g, w in
-                    zip(report.layers, last, report.weight_norms[-1] if report.weight_norms else [])], numeric=(1, 2))
+                    zip(report.layers, last, report.weight_norms[-1] if report.weight_norms else [], strict=False)],
+                   numeric=(1, 2))
     return page(title, f"{len(report.layers)} layers, {len(report.steps)} recorded steps", [
         "<h2>Gradient norms</h2>",
         (f'<img alt="gradient norm heatmap" src="data:image/png;base64,{base64.b64encode(png).decode()}">' if png
@@ -157,7 +160,8 @@ def render_gradcheck(report: GradcheckReport, console: Console) -> None:
     for note in report.notes:
         console.print(f"[dim]{note}[/]")
     if report.wrong:
-        console.print(f"[red]wrong gradient for: {', '.join(report.wrong)}[/] (backward vs finite differences, float64)")
+        console.print(f"[red]wrong gradient for: {', '.join(report.wrong)}[/] "
+                      f"(backward vs finite differences, float64)")
 
 
 # --- graph ---------------------------------------------------------------------------
@@ -174,7 +178,8 @@ def render_graph(report: GraphReport, console: Console, max_nodes: int = 60) -> 
             t.add_column(col, justify="right" if col == "FLOPs" else "left", overflow="fold")
         shown = [n for n in report.nodes if n.op != "get_attr"][:max_nodes]
         for n in shown:
-            t.add_row(n.name, n.module or "(root)", n.target.removesuffix(".default"), " ".join("x".join(map(str, s)) or "scalar" for s in n.shapes[:2]),
+            t.add_row(n.name, n.module or "(root)", n.target.removesuffix(".default"),
+                      " ".join("x".join(map(str, s)) or "scalar" for s in n.shapes[:2]),
                       _fmt_flops(n.flops))
         console.print(t)
         hidden = len([n for n in report.nodes if n.op != "get_attr"]) - len(shown)

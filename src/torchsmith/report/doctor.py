@@ -64,7 +64,8 @@ def window_note(report: DoctorReport) -> str:
         parts.append(f"interrupted (Ctrl-C) after {report.facts.steps_seen} optimizer steps; "
                      "the captured window is analysed below")
     elif report.crashed:
-        parts.append(f"the script failed (exit code {report.exit_code}) after {report.facts.steps_seen} optimizer steps")
+        parts.append(f"the script failed (exit code {report.exit_code}) after {report.facts.steps_seen} "
+                     f"optimizer steps")
     if report.partial:
         parts.append(f"partial window: {recorded} of {planned} steps recorded, figures from "
                      f"{'that step' if recorded == 1 else 'those steps'} only")
@@ -78,7 +79,8 @@ def render_doctor(report: DoctorReport, console: Console) -> None:
         console.print(f"[bold yellow]note:[/] {escape(note)}")
     title = f"step time: {fmt_seconds(a.step_seconds)} median over {len(a.steps)} recorded steps"
     if f.unprofiled_step_seconds:
-        title += f"\n(unprofiled: {fmt_seconds(min(f.unprofiled_step_seconds))}; read the shares, the profiler inflates times)"
+        title += (f"\n(unprofiled: {fmt_seconds(min(f.unprofiled_step_seconds))}; "
+                  f"read the shares, the profiler inflates times)")
     table = Table(title=title)
     table.add_column("phase")
     table.add_column("median", justify="right")
@@ -113,7 +115,8 @@ def render_doctor(report: DoctorReport, console: Console) -> None:
     for fd in report.findings:
         body = "\n".join(f"• {escape(e)}" for e in fd.evidence)
         body += f"\n[bold]expected gain:[/] {escape(fd.expected_gain)}"
-        console.print(Panel(body, title=f"[{SEVERITY_STYLE[fd.severity]}]{fd.severity}[/] {fd.rule}: {escape(fd.title)}",
+        console.print(Panel(body,
+                            title=f"[{SEVERITY_STYLE[fd.severity]}]{fd.severity}[/] {fd.rule}: {escape(fd.title)}",
                             title_align="left"))
         console.print(Syntax(fd.fix, "python", theme="ansi_dark", background_color="default"))
     for v in report.verified:
@@ -146,7 +149,7 @@ def breakdown_png(report: DoctorReport) -> str:
     for c in CATEGORIES:
         widths = [s.phases[c] * 1e3 for s in steps]
         ax.barh(labels, widths, left=left, color=COLORS[c], label=c)
-        left = [x + w for x, w in zip(left, widths)]
+        left = [x + w for x, w in zip(left, widths, strict=True)]
     ax.invert_yaxis()
     ax.set_xlabel("ms")
     ax.legend(ncol=6, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False, fontsize=8)
@@ -163,7 +166,7 @@ def memory_png(memory: dict[str, int]) -> str:
     fig, ax = plt.subplots(figsize=(7, 1.4))
     left = 0.0
     colors = ("#4c8bf5", "#17becf", "#9467bd", "#e4572e")
-    for part, color in zip(MEMORY_PARTS, colors):
+    for part, color in zip(MEMORY_PARTS, colors, strict=True):
         mib = memory[part] / 2**20
         ax.barh(["peak"], [mib], left=left, color=color, label=f"{part.replace('_', ' ')} {mib:.1f} MiB")
         left += mib
@@ -215,5 +218,5 @@ median step {a.step_seconds * 1e3:.2f} ms over {len(a.steps)} recorded steps{_un
 {memory}<h2>Findings</h2>{findings}{f"<h2>Verified</h2><ul>{verified}</ul>" if verified else ""}
 <h2>Top operators by self time</h2><table><tr><th>operator</th><th>input shapes</th><th>calls</th><th>self</th></tr>{ops}</table>
 <p><small>Capture: {e(report.trace_note)}. Trace: {e(str(report.trace_path or "not kept (pass --trace)"))}.</small></p>
-</body></html>"""
+</body></html>"""  # noqa: E501 - the page's HTML lines are kept as written
     return atomic_write_text(path, page)

@@ -21,7 +21,7 @@ td.num{text-align:right;font-variant-numeric:tabular-nums} img{max-width:100%;he
 .kpi{display:flex;gap:1rem;flex-wrap:wrap} .kpi div{border:1px solid #d0d7de;border-radius:6px;padding:.6rem 1rem;min-width:10rem}
 .kpi b{display:block;font-size:1.4rem} .ok{color:#1a7f37} .bad{color:#cf222e} .warn{color:#9a6700}
 pre{background:#f6f8fa;padding:.8rem;overflow-x:auto;font-size:.85rem}
-"""
+"""  # noqa: E501 - CSS rules kept one per line, as written
 
 _CHECK = """
 <script>

@@ -66,7 +66,8 @@ def tips_to_dict(report: TipsReport) -> dict[str, Any]:
 
 def render_tips(report: TipsReport, console: Console) -> None:
     b = report.baseline
-    table = Table(title=f"torchsmith bench tips · {report.workload} · {report.device} · each transform alone vs eager fp32")
+    table = Table(title=f"torchsmith bench tips · {report.workload} · {report.device} · "
+                        f"each transform alone vs eager fp32")
     table.add_column("transform")
     table.add_column("plan")
     table.add_column("speed", justify="right", no_wrap=True)
@@ -83,7 +84,8 @@ def render_tips(report: TipsReport, console: Console) -> None:
                       _x(r.speed_best), _x(r.memory), f"{r.loss_rel_diff:.1e}" if r.loss_rel_diff is not None else "-",
                       escape(_note(r)))
     console.print(table)
-    console.print(f"speed = baseline step time / plan step time (>1 is faster), median and best step; peak mem = plan peak / baseline peak; "
+    console.print(f"speed = baseline step time / plan step time (>1 is faster), median and best step; "
+                  f"peak mem = plan peak / baseline peak; "
                   f"loss Δ = largest relative loss difference over the same {report.warmup + report.steps} batches "
                   f"and seed. Each candidate alternates steps with its own baseline: {report.steps} timed steps "
                   f"after {report.warmup} warm-up.", style="dim")

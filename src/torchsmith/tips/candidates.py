@@ -133,7 +133,7 @@ def _row(c: Candidate, m: PlanMeasurement, base: PlanMeasurement) -> TipRow:
         return a / b if a and b else None
 
     # Timed steps are listed in round order for every plan: step i of each ran in round i.
-    paired = [b / t for b, t in zip(base.step_times, m.step_times) if t > 0] if m.ok else []
+    paired = [b / t for b, t in zip(base.step_times, m.step_times, strict=False) if t > 0] if m.ok else []
     return TipRow(
         transform=c.transform, label=c.label, plan=c.plan,
         speed=statistics.median(paired) if paired else None,

@@ -246,7 +246,8 @@ CHECKS: dict[str, Callable[..., FolkloreResult]] = {
 }
 
 
-def run_folklore(device: str | torch.device = "cpu", on_check: Callable[[str], None] | None = None) -> list[FolkloreResult]:
+def run_folklore(device: str | torch.device = "cpu",
+                 on_check: Callable[[str], None] | None = None) -> list[FolkloreResult]:
     """Every folklore check on ``device``, in order."""
     out = []
     for name, check in CHECKS.items():

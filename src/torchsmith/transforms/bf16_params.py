@@ -28,6 +28,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -82,7 +83,7 @@ def apply_bf16_params(parts: StepParts) -> Change:
     shared_values = 0
     for name, module in convertible:
         masters = module.__dict__.setdefault("_torchsmith_masters", {})
-        change.on_revert(lambda m=module: m.__dict__.pop("_torchsmith_masters", None))
+        change.on_revert(functools.partial(module.__dict__.pop, "_torchsmith_masters", None))
         shared = [k for k, p in module._parameters.items() if p is not None and uses[id(p)] > 1]
         if shared:  # tied: keep the one master registered, cast it during this module's forward only
             for handle in (module.register_forward_pre_hook(_cast_shared(shared)),
@@ -95,7 +96,7 @@ def apply_bf16_params(parts: StepParts) -> Change:
             masters[pname] = master
             working = nn.Parameter(master.detach().to(torch.bfloat16), requires_grad=master.requires_grad)
             module._parameters[pname] = working
-            change.on_revert(lambda m=module, k=pname, p=master: m._parameters.__setitem__(k, p))
+            change.on_revert(functools.partial(module._parameters.__setitem__, pname, master))
             pairs.append((master, working))
             if working.requires_grad:
                 handle = working.register_post_accumulate_grad_hook(_grad_to_master(master))
@@ -148,6 +149,7 @@ def _grad_to_master(master: torch.Tensor):
     def hook(working: torch.Tensor) -> None:
         # Move the gradient to the master as fp32 right away: micro-batches accumulate in fp32,
         # and optimizer.zero_grad (which only sees the masters) clears everything.
+        assert working.grad is not None  # a post-accumulate-grad hook: the gradient was just accumulated
         grad = working.grad.float()
         master.grad = grad if master.grad is None else master.grad.add_(grad)
         working.grad = None
@@ -156,7 +158,7 @@ def _grad_to_master(master: torch.Tensor):
 
 
 def _report_masters(module: nn.Module, state_dict: dict, prefix: str, local_metadata: Any) -> None:
-    for pname, working in module._parameters.items():
+    for pname, _working in module._parameters.items():
         master = _master_of(module, pname)
         if master is not None and prefix + pname in state_dict:
             value = state_dict[prefix + pname]

@@ -59,7 +59,7 @@ def _selective_context() -> tuple[Any, Any]:
 
 def _checkpointed(block: nn.Module, context_fn: Callable[[], Any] | None) -> Callable[..., Any]:
     forward = type(block).forward.__get__(block)
-    extra = {"context_fn": context_fn} if context_fn is not None else {}
+    extra: dict[str, Any] = {"context_fn": context_fn} if context_fn is not None else {}
     # Batch norm in training mode updates its running statistics on every forward, so the
     # recompute in backward would update them a second time. They are put back after it.
     stats = [b for m in block.modules() if isinstance(m, nn.modules.batchnorm._NormBase)
@@ -86,7 +86,7 @@ def _checkpointed(block: nn.Module, context_fn: Callable[[], Any] | None) -> Cal
                 return forward(*a, **k)
             finally:  # also when checkpoint stops the recompute early
                 with torch.no_grad():
-                    for t, v in zip(stats, kept):
+                    for t, v in zip(stats, kept, strict=True):
                         t.copy_(v if calls > 1 else t)  # the recompute, in backward: undo its update
 
         # use_reentrant=False: supports kwargs, inputs without requires_grad and torch.compile,
@@ -129,7 +129,7 @@ def apply_checkpointing(model: nn.Module, cfg: Checkpointing) -> Change:
                 "Tip: remove that wrapper first, or leave checkpointing off."
             )
         block.forward = _checkpointed(block, context_fn)
-        change.on_revert(lambda b=block: b.__dict__.pop("forward", None))
+        change.on_revert(functools.partial(block.__dict__.pop, "forward", None))
         change.targets.append(path)
     how = "selective (matmul outputs kept)" if context_fn else "full"
     change.summary = f"{how} activation checkpointing of {len(change.targets)} of {len(blocks)} blocks"

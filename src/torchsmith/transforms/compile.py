@@ -21,6 +21,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import traceback
 import warnings
 from collections.abc import Callable
@@ -160,13 +161,14 @@ def apply_compile(model: nn.Module, cfg: Compile, *, recover: list[Callable[[Bas
         compiled = torch.compile(module._call_impl, mode=cfg.mode, backend=backend)
         module._compiled_call_impl = _guarded(module, compiled, fallback)
         fallback.modules.append(module)
-        change.on_revert(lambda m=module: _uncompile(m))
+        change.on_revert(functools.partial(_uncompile, module))
         change.targets.append(name or type(model).__name__)
     if recover is not None:
         recover.append(fallback)
         change.on_revert(lambda: recover.remove(fallback) if fallback in recover else None)
     change.fallback = fallback  # type: ignore[attr-defined]
-    change.summary = f"torch.compile(mode={cfg.mode!r}) of " + (f"{len(targets)} blocks" if cfg.regional else "the whole model")
+    change.summary = (f"torch.compile(mode={cfg.mode!r}) of "
+                      + (f"{len(targets)} blocks" if cfg.regional else "the whole model"))
     return change
 
 

@@ -196,6 +196,8 @@ def apply_loss_impl(parts: StepParts, cfg: LossImpl) -> Change:
             f"to be an nn.Linear (C -> vocab) applied last in forward; {type(model).__name__} has {what}.\n"
             "Tip: name the head in the workload (Workload(..., head='lm_head')), or keep loss_impl='standard'."
         )
+    # Checked just above: an nn.Linear (or DeferredHead) head, which discover found at head_path.
+    assert isinstance(head, nn.Linear) and head_path is not None
     if hasattr(model, "config") and hasattr(model, "base_model_prefix") and not _is_hf_causal_lm(model):
         # A Hugging Face model computes its own loss: only the causal LMs' one is reproduced here.
         raise TransformError(

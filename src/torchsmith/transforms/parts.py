@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any, ContextManager
+from typing import Any
 
 import torch
 from torch import nn
@@ -22,15 +22,15 @@ class StepParts:
     loss_fn: LossFn
     device: torch.device
     scheduler: Any = None
-    autocast: Callable[[], ContextManager] = nullcontext
+    autocast: Callable[[], AbstractContextManager] = nullcontext
     """Entered around forward + loss of every micro-batch (precision transform)."""
-    forward_contexts: list[Callable[[], ContextManager]] = field(default_factory=list)
+    forward_contexts: list[Callable[[], AbstractContextManager]] = field(default_factory=list)
     """Further contexts around forward + loss, e.g. saved-tensor hooks."""
     scaler: torch.amp.GradScaler | None = None
     """fp16 loss scaling (CUDA)."""
     microbatches: int = 1
     set_to_none: bool = True
-    no_sync: Callable[[], ContextManager] = nullcontext
+    no_sync: Callable[[], AbstractContextManager] = nullcontext
     """Entered around forward and backward of all but the last micro-batch (DDP ``no_sync``)."""
     nonfinite: Any = None
     """``Plan.nonfinite``: a ``debug.nan_sentinel.NonFiniteGuard`` checked before each optimizer step."""

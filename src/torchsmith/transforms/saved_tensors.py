@@ -41,7 +41,7 @@ class CompressionStats:
     tensors: int = 0
 
 
-class compress_saved(torch.autograd.graph.saved_tensors_hooks):
+class compress_saved(torch.autograd.graph.saved_tensors_hooks):  # noqa: N801 - used as a function
     """Context manager storing saved floating activations in ``dtype``; read ``.stats`` afterwards.
 
     A tensor saved twice (ReLU saves its output, the next Linear saves it as input) is

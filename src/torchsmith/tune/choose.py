@@ -74,7 +74,7 @@ def rejection(m: PlanMeasurement, guard: GuardConfig, memory_limit: int | None) 
 
 def step_ratios(reference: PlanMeasurement, m: PlanMeasurement) -> list[float]:
     """``reference``'s step time over ``m``'s, step by step: > 1 where ``m`` was faster."""
-    return [a / b for a, b in zip(reference.step_times, m.step_times) if b > 0]
+    return [a / b for a, b in zip(reference.step_times, m.step_times, strict=False) if b > 0]
 
 
 def unsure(reference: PlanMeasurement, m: PlanMeasurement) -> bool:
@@ -108,7 +108,7 @@ def choose(knob: str, moves: list[dict[str, Any]], measured: list[PlanMeasuremen
     """
     verdicts: list[Candidate | None] = []
     passed: list[int] = []
-    for i, (move, m) in enumerate(zip(moves, measured)):
+    for i, (move, m) in enumerate(zip(moves, measured, strict=True)):
         change = describe_move(move)
         if m.error:
             verdicts.append(Candidate.from_measurement(m, base, knob, failure_status(m), m.error, change))

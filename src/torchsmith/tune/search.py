@@ -156,7 +156,8 @@ class _Search:
         if base_m.error:
             raise TuneError(f"the baseline of {self.workload.name} failed while measuring {dim.name}: {base_m.error}")
         if not self.candidates:
-            self.candidates.append(Candidate.from_measurement(base_m, base_m, "baseline", "baseline", change="as written"))
+            self.candidates.append(Candidate.from_measurement(base_m, base_m, "baseline", "baseline",
+                                                              change="as written"))
         measured = self._settle(dim, plans[-len(moves):], ms[-len(moves):], current, steps)
         verdict: KnobVerdict = choose(dim.name, moves, measured, current, base_m, self.guard, self.memory_limit)
         self.candidates += verdict.candidates
@@ -183,7 +184,7 @@ class _Search:
         chosen = choose("second look", [{}] * len(variants), ms[2:], best_m, base_m, self.guard, self.memory_limit)
         if chosen.winner is None:
             return
-        label = next(what for (what, plan), m in zip(variants, ms[2:]) if plan == chosen.winner.plan)
+        label = next(what for (what, plan), m in zip(variants, ms[2:], strict=True) if plan == chosen.winner.plan)
         self.candidates.append(replace(chosen.winner, knob="second look", change=f"second look: {label}"))
         self.best, self.best_speedup = chosen.winner.plan, chosen.winner.speedup
 
@@ -246,7 +247,7 @@ class _Search:
                 break
             ms = self._measure(self._beside_best([plans[i] for i in again]), steps, f"{dim.name} (again)")
             reference = ms[1] if self.best != Plan() else ms[0]
-            for i, m in zip(again, ms[-len(again):]):
+            for i, m in zip(again, ms[-len(again):], strict=True):
                 if m.ok:
                     rounds[i].append((reference, m))
         return [pooled(rounds[i]) if i in rounds else m for i, m in enumerate(measured)]

@@ -57,7 +57,7 @@ class MLP(nn.Module):
     def __init__(self, features: int = 32, width: int = 256, depth: int = 3, outputs: int = 4) -> None:
         super().__init__()
         dims = [features] + [width] * depth
-        self.blocks = nn.ModuleList(MLPBlock(a, b) for a, b in zip(dims[:-1], dims[1:]))
+        self.blocks = nn.ModuleList(MLPBlock(a, b) for a, b in zip(dims[:-1], dims[1:], strict=True))
         self.head = nn.Linear(width, outputs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -31,6 +31,6 @@ def closure():
     return loss
 
 
-for step in range(args.steps):
+for _step in range(args.steps):
     loss = optimizer.step(closure)
 print(f"lbfgs done: {args.steps} steps, loss {loss.item():.4f}")
