@@ -61,10 +61,15 @@ def main() -> None:
     else:
         workload_speedup = 1.0
     ratio = script_speedup / workload_speedup
-    print(f"re-measured:   script {script_speedup:.2f}x (steps/s as written {statistics.median(base) if base else 0:.2f}), "
-          f"workload {workload_speedup:.2f}x")
-    print(f"script / workload speedup: {ratio:.2f} (target >= 0.90); script vs as written: {script_speedup:.2f} "
-          f"(target >= 0.98)")
+    print(
+        f"re-measured:   script {script_speedup:.2f}x "
+        f"(steps/s as written {statistics.median(base) if base else 0:.2f}), "
+        f"workload {workload_speedup:.2f}x"
+    )
+    print(
+        f"script / workload speedup: {ratio:.2f} (target >= 0.90); script vs as written: {script_speedup:.2f} "
+        f"(target >= 0.98)"
+    )
 
 
 if __name__ == "__main__":

@@ -446,12 +446,16 @@ class Plan(_Config):
     def load(cls, path: str | os.PathLike) -> Plan:
         path = Path(path)
         if path.is_dir():
-            raise PlanError(f"plan file {str(path)!r} is a directory.\nTip: pass the plan.json inside it, "
-                            f"e.g. --plan {path / 'plan.json'}")
+            raise PlanError(
+                f"plan file {str(path)!r} is a directory.\nTip: pass the plan.json inside it, "
+                f"e.g. --plan {path / 'plan.json'}"
+            )
         try:
             data = json.loads(path.read_bytes().decode("utf-8"))
         except FileNotFoundError:
-            raise PlanError(f"plan file {str(path)!r} does not exist.\nTip: write one with `torchsmith tune --out {path}`") from None
+            raise PlanError(
+                f"plan file {str(path)!r} does not exist.\nTip: write one with `torchsmith tune --out {path}`"
+            ) from None
         except json.JSONDecodeError as err:
             raise PlanError(f"plan file {str(path)!r} is not valid JSON: {err}") from None
         except UnicodeDecodeError as err:
@@ -471,7 +475,7 @@ class Plan(_Config):
     def describe(self) -> str:
         """A short human label of what differs from the baseline, e.g. ``threads=1 + compile``."""
         parts = []
-        for name, value, default in _differences(self, Plan()):
+        for name, value, _default in _differences(self, Plan()):
             parts.append(f"{name}={value}")
         return " + ".join(parts) or "as written"
 

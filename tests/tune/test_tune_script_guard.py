@@ -31,8 +31,9 @@ def _threads_only(*args, **cfg):
     # 1-core machine, where nothing is tried and the planted knob cannot be tested).
     if (os.cpu_count() or 1) < 2:
         pytest.skip("needs 2 cores for a threads candidate")
-    return tune_script([sys.executable, str(SCRIPT), *args],
-                       ScriptTuneConfig(budget_seconds=240, run=RUN, knobs=("threads",), **cfg))
+    return tune_script(
+        [sys.executable, str(SCRIPT), *args], ScriptTuneConfig(budget_seconds=240, run=RUN, knobs=("threads",), **cfg)
+    )
 
 
 def test_guard_unit_rules():
@@ -80,9 +81,14 @@ def test_a_crashing_candidate_is_reported_and_the_search_goes_on():
 
 
 def test_a_hanging_run_is_stopped_at_its_time_limit(tmp_path):
-    r = run_script([sys.executable, str(SCRIPT), "--hang-if-threads", "1"], Plan(threads=Threads(intra_op=1)),
-                   ScriptRunConfig(warmup=2, window=3, timeout_s=8))
-    assert not r.ok and r.error.startswith("hung: still running after its time limit of 8 s, before the end of its 5-step window")
+    r = run_script(
+        [sys.executable, str(SCRIPT), "--hang-if-threads", "1"],
+        Plan(threads=Threads(intra_op=1)),
+        ScriptRunConfig(warmup=2, window=3, timeout_s=8),
+    )
+    assert not r.ok and r.error.startswith(
+        "hung: still running after its time limit of 8 s, before the end of its 5-step window"
+    )
     assert r.wall_seconds < 30
 
 
@@ -98,9 +104,29 @@ def test_run_plan_passes_the_exit_code_through_and_applies_the_plan(tmp_path):
     Plan(threads=Threads(intra_op=1)).save(plan)
     observed = tmp_path / "observed.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, "-m", "torchsmith", "run", "--plan", str(plan), "--", sys.executable,
-                          str(SCRIPT), "--steps", "12", "--exit-code", "3", "--observe", str(observed)],
-                         capture_output=True, text=True, env=env, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torchsmith",
+            "run",
+            "--plan",
+            str(plan),
+            "--",
+            sys.executable,
+            str(SCRIPT),
+            "--steps",
+            "12",
+            "--exit-code",
+            "3",
+            "--observe",
+            str(observed),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert out.returncode == 3, out.stderr[-2000:]
     assert "plain_loop done 12" in out.stdout  # ran to completion, not stopped after a window
     seen = json.loads(observed.read_text())

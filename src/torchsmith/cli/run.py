@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 import typer
 
@@ -15,24 +15,39 @@ from torchsmith.cli.common import WORKLOAD_HELP, user_errors
 
 @app.command("run")
 def run_command(
-    target: Optional[List[str]] = typer.Argument(
-        None, help=WORKLOAD_HELP + " Default: gpt-mini. Or, after --, a command run to completion with the plan "
-                                   "injected: --plan plan.json -- python train.py --its --args"),
+    target: Optional[list[str]] = typer.Argument(
+        None,
+        help=WORKLOAD_HELP + " Default: gpt-mini. Or, after --, a command run to completion with the plan "
+        "injected: --plan plan.json -- python train.py --its --args",
+    ),
     plan: Optional[Path] = typer.Option(None, "--plan", help="plan.json from `torchsmith tune`; default: as written."),
-    steps: int = typer.Option(100, "--steps", min=1, help="Total optimizer steps of the run (a resume continues up to this)."),
-    eval_every: Optional[int] = typer.Option(None, "--eval-every", min=1, help="Validation loss every K steps (and at the end)."),
+    steps: int = typer.Option(
+        100, "--steps", min=1, help="Total optimizer steps of the run (a resume continues up to this)."
+    ),
+    eval_every: Optional[int] = typer.Option(
+        None, "--eval-every", min=1, help="Validation loss every K steps (and at the end)."
+    ),
     checkpoint_dir: Optional[Path] = typer.Option(None, "--checkpoint-dir", help="Write checkpoints here."),
-    checkpoint_every: Optional[int] = typer.Option(None, "--checkpoint-every", min=1, help="Checkpoint every K steps (always at the end)."),
-    resume: bool = typer.Option(False, "--resume", help="Continue from the newest good checkpoint in --checkpoint-dir."),
-    overwrite: bool = typer.Option(False, "--overwrite",
-                                   help="Delete the checkpoints already in --checkpoint-dir and start a fresh run."),
-    force: bool = typer.Option(False, "--force",
-                               help="With --resume: load a checkpoint even if another workload or plan wrote it."),
-    allow_nonfinite: bool = typer.Option(False, "--allow-nonfinite",
-                                         help="Exit 0 even if the final loss is non-finite or every step was skipped."),
+    checkpoint_every: Optional[int] = typer.Option(
+        None, "--checkpoint-every", min=1, help="Checkpoint every K steps (always at the end)."
+    ),
+    resume: bool = typer.Option(
+        False, "--resume", help="Continue from the newest good checkpoint in --checkpoint-dir."
+    ),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Delete the checkpoints already in --checkpoint-dir and start a fresh run."
+    ),
+    force: bool = typer.Option(
+        False, "--force", help="With --resume: load a checkpoint even if another workload or plan wrote it."
+    ),
+    allow_nonfinite: bool = typer.Option(
+        False, "--allow-nonfinite", help="Exit 0 even if the final loss is non-finite or every step was skipped."
+    ),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1 or auto."),
     keep_last_k: int = typer.Option(3, "--keep-last-k", min=1, help="Keep only the newest K checkpoints."),
-    async_checkpoint: bool = typer.Option(False, "--async-checkpoint", help="Under torchrun: write DCP checkpoints in the background."),
+    async_checkpoint: bool = typer.Option(
+        False, "--async-checkpoint", help="Under torchrun: write DCP checkpoints in the background."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of a table."),
 ) -> None:
     """Train WORKLOAD with a plan: progress bar, exact checkpoint and resume, and a summary table.
@@ -66,10 +81,22 @@ def run_command(
         eval_every = eval_every or max(1, steps)  # at least a final validation loss
         with run_progress(f"{w.name}", w.throughput_unit[0] + "/s", quiet=as_json or not rank_zero) as callbacks:
             try:
-                result = run(w, p, steps=steps, eval_every=eval_every, checkpoint_dir=checkpoint_dir,
-                             checkpoint_every=checkpoint_every, resume=resume, overwrite=overwrite, force=force,
-                             device=device, callbacks=callbacks, keep_last_k=keep_last_k,
-                             async_checkpoint=async_checkpoint, allow_nonfinite=allow_nonfinite)
+                result = run(
+                    w,
+                    p,
+                    steps=steps,
+                    eval_every=eval_every,
+                    checkpoint_dir=checkpoint_dir,
+                    checkpoint_every=checkpoint_every,
+                    resume=resume,
+                    overwrite=overwrite,
+                    force=force,
+                    device=device,
+                    callbacks=callbacks,
+                    keep_last_k=keep_last_k,
+                    async_checkpoint=async_checkpoint,
+                    allow_nonfinite=allow_nonfinite,
+                )
             except RunFailedError as err:  # trained, but to nothing usable: show what happened, then fail
                 result, failure = err.result, err
         result.metrics.update(measure_run_metrics(w, result))

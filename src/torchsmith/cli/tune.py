@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 import typer
 
@@ -13,17 +13,28 @@ from torchsmith.cli.common import WORKLOAD_HELP, user_errors
 
 @app.command("tune")
 def tune_command(
-    target: Optional[List[str]] = typer.Argument(
-        None, help=WORKLOAD_HELP + " Default: gpt-mini. Or, after --, a command: -- python train.py --its --args"),
+    target: Optional[list[str]] = typer.Argument(
+        None, help=WORKLOAD_HELP + " Default: gpt-mini. Or, after --, a command: -- python train.py --its --args"
+    ),
     budget: str = typer.Option("5m", "--budget", help="Wall-clock budget for the whole search, e.g. 90s, 5m, 1h."),
-    memory_limit: Optional[str] = typer.Option(None, "--memory-limit", help="Reject plans whose measured peak exceeds this, e.g. 8GB, 512MiB."),
+    memory_limit: Optional[str] = typer.Option(
+        None, "--memory-limit", help="Reject plans whose measured peak exceeds this, e.g. 8GB, 512MiB."
+    ),
     out: Path = typer.Option(Path("plan.json"), "--out", help="Where to write the winning plan."),
     report: Optional[Path] = typer.Option(Path("report.html"), "--report", help="Self-contained HTML report."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda or auto."),
-    knobs: Optional[str] = typer.Option(None, "--knobs", help="Search only these knobs, comma-separated, e.g. threads,compile."),
-    window: int = typer.Option(10, "--window", min=2, help="Scripts: measured optimizer steps per run (after 3 warm-up steps)."),
-    on_spread: str = typer.Option("guard", "--on-spread", help="Scripts: if two as-written runs differ in loss, "
-                                  "'guard' (widen the guard by that spread, saying so) or 'refuse'."),
+    knobs: Optional[str] = typer.Option(
+        None, "--knobs", help="Search only these knobs, comma-separated, e.g. threads,compile."
+    ),
+    window: int = typer.Option(
+        10, "--window", min=2, help="Scripts: measured optimizer steps per run (after 3 warm-up steps)."
+    ),
+    on_spread: str = typer.Option(
+        "guard",
+        "--on-spread",
+        help="Scripts: if two as-written runs differ in loss, "
+        "'guard' (widen the guard by that spread, saying so) or 'refuse'.",
+    ),
 ) -> None:
     """Find the fastest plan for WORKLOAD that keeps the loss unchanged, prove it, write plan.json.
 
@@ -37,8 +48,16 @@ def tune_command(
     if is_command(args):
         from torchsmith.cli.tune_script import tune_script_command
 
-        return tune_script_command(args, budget=budget, memory_limit=memory_limit, out=out, report=report,
-                                   knobs=knobs, window=window, on_spread=on_spread)
+        return tune_script_command(
+            args,
+            budget=budget,
+            memory_limit=memory_limit,
+            out=out,
+            report=report,
+            knobs=knobs,
+            window=window,
+            on_spread=on_spread,
+        )
     workload = args[0] if args else None
     from torchsmith.report.console import console
     from torchsmith.report.tune import render_tune, tune_progress
@@ -48,12 +67,21 @@ def tune_command(
     with user_errors():
         try:
             with tune_progress() as progress:
-                result = tune(workload, budget=budget, memory_limit=memory_limit, out=out,
-                              device=device, knobs=knobs.split(",") if knobs else None, on_progress=progress)
+                result = tune(
+                    workload,
+                    budget=budget,
+                    memory_limit=memory_limit,
+                    out=out,
+                    device=device,
+                    knobs=knobs.split(",") if knobs else None,
+                    on_progress=progress,
+                )
         except WorkloadStepError as err:
             raise ValueError(str(err)) from None
     report_path = write_report(result, report) if report and report != Path("") else None  # --report "": none
     render_tune(result, console)
     console.print(f"plan written to [bold]{out}[/]" + (f", report to [bold]{report_path}[/]" if report_path else ""))
-    console.print(f"use it: torchsmith run {workload or 'gpt-mini'} --plan {out}   or   "
-                  "torchsmith.prepare(Plan.load(...), model, optimizer, loss_fn)")
+    console.print(
+        f"use it: torchsmith run {workload or 'gpt-mini'} --plan {out}   or   "
+        "torchsmith.prepare(Plan.load(...), model, optimizer, loss_fn)"
+    )

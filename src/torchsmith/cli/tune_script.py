@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional, cast
 
 
 def tune_script_command(command: list[str], *, budget: str, memory_limit: Optional[str], out: Path,
@@ -23,7 +23,8 @@ def tune_script_command(command: list[str], *, budget: str, memory_limit: Option
             raise ValueError(f"--on-spread must be 'guard' or 'refuse', got {on_spread!r}.\n"
                              "Tip: --on-spread refuse stops when the script's own losses do not repeat.")
         cfg = ScriptTuneConfig(budget_seconds=parse_duration(budget), memory_limit=parse_bytes(memory_limit),
-                               run=ScriptRunConfig(window=window), on_spread=on_spread,
+                               run=ScriptRunConfig(window=window),
+                               on_spread=cast(Literal["guard", "refuse"], on_spread),  # checked above
                                knobs=tuple(knobs.split(",")) if knobs else None)
         cmd = python_command(command)
         with tune_progress() as progress:

@@ -30,7 +30,7 @@ def patch_optimizers(impl: str, applied: dict[str, str]) -> None:
         params = inspect.signature(cls.__init__).parameters
         key = "fused" if impl == "fused" else "foreach"
         if key in params and "_torchsmith_orig" not in cls.__init__.__dict__:
-            cls.__init__ = _optimizer_init(cls, cls.__init__, impl, key, applied)
+            cls.__init__ = _optimizer_init(cls, cls.__init__, impl, key, applied)  # type: ignore[method-assign]  # the injection's purpose
 
 
 def _optimizer_init(cls: type, orig: Any, impl: str, key: str, applied: dict[str, str]) -> Any:
@@ -91,7 +91,7 @@ def patch_dataloader(cfg: Any, applied: dict[str, str], seen: list[dict[str, Any
         elif wanted:  # e.g. accelerate re-creating the loader from the first one's values keeps "applied"
             applied.setdefault("loader", "as written: the script set every loader argument")
 
-    DataLoader.__init__ = __init__  # also with no loader knob: the report lists the loaders seen
+    DataLoader.__init__ = __init__  # type: ignore[method-assign]  # also with no loader knob: the report lists the loaders seen
 
 
 def apply_model_knobs(model: nn.Module, plan: Any, applied: dict[str, str]) -> None:
@@ -170,4 +170,4 @@ def _checkpoint_blocks(model: nn.Module, cfg: Any) -> str:
         change = apply_checkpointing(model, cfg)
     except (TransformError, StructureError) as err:
         return f"not applied: {first_line(err)}"
-    return f"applied: {change.summary}"
+    return f"applied: {change.summary} ({', '.join(change.targets)})"

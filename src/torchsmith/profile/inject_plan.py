@@ -103,8 +103,10 @@ class PlanInjection:
             from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
             # Only until the first step: global module hooks cost time on every module call.
-            self._forward_hooks = [register_module_forward_pre_hook(self._forward_pre),
-                                   register_module_forward_hook(self._forward_post, always_call=True)]
+            self._forward_hooks = [
+                register_module_forward_pre_hook(self._forward_pre),
+                register_module_forward_hook(self._forward_post, always_call=True),
+            ]
         if self.tuning:
             self._patch_backward(torch)
 
@@ -142,7 +144,9 @@ class PlanInjection:
         from torchsmith.plan import FP32, NoCheckpointing
 
         p = self.plan
-        return p.compile.enabled or not isinstance(p.precision, FP32) or not isinstance(p.checkpointing, NoCheckpointing)
+        return (
+            p.compile.enabled or not isinstance(p.precision, FP32) or not isinstance(p.checkpointing, NoCheckpointing)
+        )
 
     # -- finding the trained model ----------------------------------------------------------
 
@@ -157,8 +161,9 @@ class PlanInjection:
                 self._called.append(weakref.ref(module))
             device = next((p.device.type for p in module.parameters()), "cpu")
             if torch.is_autocast_enabled(device):
-                self.facts.applied.setdefault("precision", "as written: the script (or its framework) runs "
-                                                           "the forward under autocast already")
+                self.facts.applied.setdefault(
+                    "precision", "as written: the script (or its framework) runs the forward under autocast already"
+                )
 
     def _forward_post(self, module: Any, args: Any, output: Any) -> None:
         import torch
@@ -194,8 +199,10 @@ class PlanInjection:
         self.facts.optimizer = _optimizer_facts(optimizer)
         if model is None:
             if self._needs_model():
-                self.facts.applied["model"] = ("not applied: no module whose parameters this optimizer holds was "
-                                               "called in training mode during its first step")
+                self.facts.applied["model"] = (
+                    "not applied: no module whose parameters this optimizer holds was "
+                    "called in training mode during its first step"
+                )
             return
         self.facts.model = type(model).__name__
         self.facts.device = str(next(model.parameters()).device)
@@ -246,7 +253,7 @@ class PlanInjection:
                 inj._in_backward = outer
 
         def autograd(tensors: Any, *a: Any, **k: Any) -> Any:
-            for t in (tensors if isinstance(tensors, (list, tuple)) else [tensors]):
+            for t in tensors if isinstance(tensors, (list, tuple)) else [tensors]:
                 note(t)
             inj._in_backward, outer = True, inj._in_backward
             try:
@@ -264,16 +271,22 @@ class PlanInjection:
         if not isinstance(path, (str, bytes, os.PathLike)):
             return
         writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
-            isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND))
+            isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND)
+        )
         if writing and len(self._written) < 1000:
             path = os.fsdecode(path)
             if not path.startswith(("/dev/", "/proc/")) and not path.startswith(self.spec.out_dir or "\0"):
                 self._written.add(os.path.abspath(path))
 
+    def _out_dir(self) -> Path:
+        if self.spec.out_dir is None:  # only a tune run has one; `run --plan` never claims or writes
+            raise RuntimeError("torchsmith injection: no output directory for this run")
+        return Path(self.spec.out_dir)
+
     def _claim(self) -> bool:
         if self._claimed is None:
             try:
-                fd = os.open(Path(self.spec.out_dir) / "claim", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+                fd = os.open(self._out_dir() / "claim", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
                 os.write(fd, str(os.getpid()).encode())
                 os.close(fd)
                 self._claimed = True
@@ -294,16 +307,19 @@ class PlanInjection:
             import resource
 
             f.peak_memory_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-        out = Path(self.spec.out_dir)
+        out = self._out_dir()
         (out / "result.json.tmp").write_text(json.dumps(f.__dict__))
         os.replace(out / "result.json.tmp", out / "result.json")
 
 
 def _optimizer_facts(optimizer: Any) -> dict[str, Any]:
     groups = optimizer.param_groups
-    return {"name": type(optimizer).__name__, "fused": [g.get("fused") for g in groups],
-            "foreach": [g.get("foreach") for g in groups],
-            "params": sum(len(g["params"]) for g in groups)}
+    return {
+        "name": type(optimizer).__name__,
+        "fused": [g.get("fused") for g in groups],
+        "foreach": [g.get("foreach") for g in groups],
+        "params": sum(len(g["params"]) for g in groups),
+    }
 
 
 def install_from_env() -> PlanInjection | None:
@@ -320,4 +336,3 @@ def install_from_env() -> PlanInjection | None:
 
         atexit.register(injection.write_result)  # a script that ends before the window keeps its steps
     return injection
-

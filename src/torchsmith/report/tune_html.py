@@ -10,8 +10,14 @@ from torchsmith.report.console import fmt_bytes, fmt_rate
 from torchsmith.report.html import esc, figure_to_img, fingerprint_table, page, table
 from torchsmith.tune.result import Candidate, TuneResult
 
-_COLOURS = {"baseline": "#6e7781", "accepted": "#1a7f37", "slower": "#8c959f", "rejected": "#cf222e",
-            "failed": "#9a6700", "n/a": "#d0d7de"}
+_COLOURS = {
+    "baseline": "#6e7781",
+    "accepted": "#1a7f37",
+    "slower": "#8c959f",
+    "rejected": "#cf222e",
+    "failed": "#9a6700",
+    "n/a": "#d0d7de",
+}
 
 
 def write_report(result: TuneResult, path: str | os.PathLike) -> Path:
@@ -32,9 +38,14 @@ def render_tune_html(r: TuneResult) -> str:
         f"<div class=kpi><div>speedup<b class={'ok' if (r.speedup or 0) > 1 else ''}>{r.speedup or 1:.2f}x</b></div>"
         f"<div>baseline<b>{fmt_rate(r.throughput(r.baseline), unit)}</b></div>"
         f"<div>tuned<b>{fmt_rate(r.throughput(r.best), unit)}</b></div>"
-        f"<div>peak memory<b>{fmt_bytes(r.best.peak_memory_bytes)}</b>vs {fmt_bytes(r.baseline.peak_memory_bytes)}</div>"
-        + (f"<div>MFU<b>{r.best_mfu:.0%}</b>vs {r.baseline_mfu:.0%} as written; of the measured matmul peak of each plan's dtype</div>"
-           if r.baseline_mfu is not None and r.best_mfu is not None else "")
+        f"<div>peak memory<b>{fmt_bytes(r.best.peak_memory_bytes)}</b>"
+        f"vs {fmt_bytes(r.baseline.peak_memory_bytes)}</div>"
+        + (
+            f"<div>MFU<b>{r.best_mfu:.0%}</b>vs {r.baseline_mfu:.0%} as written; "
+            "of the measured matmul peak of each plan's dtype</div>"
+            if r.baseline_mfu is not None and r.best_mfu is not None
+            else ""
+        )
         + f"<div>search time<b>{r.elapsed_seconds:.0f} s</b>budget {r.budget_seconds:.0f} s</div></div>"
     )
     sections = [
@@ -47,13 +58,16 @@ def render_tune_html(r: TuneResult) -> str:
         "<h2>Peak memory per candidate</h2>" + _bar_chart(r, measured, "memory"),
         "<h2>Loss: baseline vs tuned (same seed, same batches)</h2>" + _loss_chart(r),
         "<h2>All candidates</h2>" + _candidate_table(r, r.candidates),
-        "<h2>Rejected and failed</h2>" + (_candidate_table(r, [c for c in r.candidates if c.status in ("rejected", "failed", "n/a")])
-                                          or "<p>none</p>"),
-        "<h2>Not searched</h2>" + (table(["knob", "why"], r.skipped) if r.skipped else "<p>every knob was searched</p>"),
+        "<h2>Rejected and failed</h2>"
+        + (
+            _candidate_table(r, [c for c in r.candidates if c.status in ("rejected", "failed", "n/a")]) or "<p>none</p>"
+        ),
+        "<h2>Not searched</h2>"
+        + (table(["knob", "why"], r.skipped) if r.skipped else "<p>every knob was searched</p>"),
         f"<h2>Guard</h2><p>loss within {r.guard.loss_rtol:.1%} of the baseline at every measured step; final "
         f"parameters within {r.guard.param_rtol:.1%} of the distance training moved them.</p>",
         f"<h2>Machine</h2><p>device: {esc(r.device)}</p>" + fingerprint_table(r.fingerprint),
-        "<h2>Use it</h2><pre>step = torchsmith.prepare(torchsmith.Plan.load(\"plan.json\"), model, optimizer, loss_fn)\n"
+        '<h2>Use it</h2><pre>step = torchsmith.prepare(torchsmith.Plan.load("plan.json"), model, optimizer, loss_fn)\n'
         "for batch in loader:\n    loss = step(batch)</pre>",
     ]
     if getattr(r, "command", None):  # a script: how to apply the plan to it, and its side effects
@@ -66,12 +80,35 @@ def render_tune_html(r: TuneResult) -> str:
 def _candidate_table(r: TuneResult, cands: list[Candidate]) -> str:
     if not cands:
         return ""
-    rows = [(c.status, c.knob, c.change, f"{c.speedup:.2f}x" if c.speedup else "-",
-             fmt_rate(r.throughput(c), r.throughput_unit), fmt_bytes(c.peak_memory_bytes),
-             f"{c.loss_rel_diff:.2e}" if c.loss_rel_diff is not None else "-",
-             f"{c.compile_seconds:.1f} s" if c.compile_seconds is not None else "-", c.reason) for c in cands]
-    return table(["status", "knob", "change tried", "speed vs baseline", "throughput", "peak memory", "max loss diff",
-                  "compile", "why"], rows, numeric=(3, 4, 5, 6, 7))
+    rows = [
+        (
+            c.status,
+            c.knob,
+            c.change,
+            f"{c.speedup:.2f}x" if c.speedup else "-",
+            fmt_rate(r.throughput(c), r.throughput_unit),
+            fmt_bytes(c.peak_memory_bytes),
+            f"{c.loss_rel_diff:.2e}" if c.loss_rel_diff is not None else "-",
+            f"{c.compile_seconds:.1f} s" if c.compile_seconds is not None else "-",
+            c.reason,
+        )
+        for c in cands
+    ]
+    return table(
+        [
+            "status",
+            "knob",
+            "change tried",
+            "speed vs baseline",
+            "throughput",
+            "peak memory",
+            "max loss diff",
+            "compile",
+            "why",
+        ],
+        rows,
+        numeric=(3, 4, 5, 6, 7),
+    )
 
 
 def _bar_chart(r: TuneResult, cands: list[Candidate], what: str) -> str:

@@ -16,14 +16,18 @@ from torchsmith.report.html import esc, table
 def render_script_tune(r, out_path: Path, out: Console = console) -> None:
     """Terminal: the winner's knobs as applied, the code change and the side effects."""
     if r.spread is not None:
-        out.print(f"[dim]baseline reproducibility: two as-written runs differ by up to {r.spread.max_rel_diff:.2e} "
-                  f"in loss over {r.spread.steps} steps; guard tolerance {r.guard.loss_rtol:.2%}[/]")
+        out.print(
+            f"[dim]baseline reproducibility: two as-written runs differ by up to {r.spread.max_rel_diff:.2e} "
+            f"in loss over {r.spread.steps} steps; guard tolerance {r.guard.loss_rtol:.2%}[/]"
+        )
     for knob, how in r.applied.items():
         out.print(f"[dim]{knob}: {how}[/]")
     files = sorted({f for fs in r.written_files.values() for f in fs})
     if files:
-        out.print(f"[yellow]side effects:[/] the runs opened {len(files)} file(s) for writing "
-                  "(runs carry TORCHSMITH_TUNE=1 so the script can skip its saving):")
+        out.print(
+            f"[yellow]side effects:[/] the runs opened {len(files)} file(s) for writing "
+            "(runs carry TORCHSMITH_TUNE=1 so the script can skip its saving):"
+        )
         for f in files[:10]:
             out.print(f"  {f}", highlight=False)
         if len(files) > 10:
@@ -36,22 +40,40 @@ def render_script_tune(r, out_path: Path, out: Console = console) -> None:
 
 def script_sections(r) -> list[str]:
     """HTML sections replacing the workload report's "Use it"."""
-    spread = ("<p>The as-written script ran twice with the same seeds; its losses "
-              + ("repeated exactly.</p>" if r.spread.reproducible else
-                 f"differed by up to {r.spread.max_rel_diff:.2%}. The guard says so in the notes above.</p>")
-              if r.spread is not None else "")
+    spread = (
+        "<p>The as-written script ran twice with the same seeds; its losses "
+        + (
+            "repeated exactly.</p>"
+            if r.spread.reproducible
+            else f"differed by up to {r.spread.max_rel_diff:.2%}. The guard says so in the notes above.</p>"
+        )
+        if r.spread is not None
+        else ""
+    )
     cmd = shlex.join(r.command)
-    use = (f"<h2>Use it</h2><p>No edit: the plan is injected at start-up.</p><pre>torchsmith run --plan plan.json -- {esc(cmd)}</pre>"
-           + ("<p>Or adopt it in the script itself:</p><pre>" + esc("\n\n".join(r.code_change)) + "</pre>" if r.code_change else ""))
-    applied = ("<h2>How each knob was applied</h2>" + table(["knob", "applied"], list(r.applied.items()))
-               if r.applied else "")
+    use = (
+        "<h2>Use it</h2><p>No edit: the plan is injected at start-up.</p>"
+        f"<pre>torchsmith run --plan plan.json -- {esc(cmd)}</pre>"
+        + (
+            "<p>Or adopt it in the script itself:</p><pre>" + esc("\n\n".join(r.code_change)) + "</pre>"
+            if r.code_change
+            else ""
+        )
+    )
+    applied = (
+        "<h2>How each knob was applied</h2>" + table(["knob", "applied"], list(r.applied.items())) if r.applied else ""
+    )
     rows = [(label, "<br>".join(esc(f) for f in files) or "none") for label, files in r.written_files.items()]
-    written = ("<h2>Side effects: files each run opened for writing</h2><p class=sub>Runs carry TORCHSMITH_TUNE=1 "
-               "in their environment so a script can skip its own saving; temporary files gone at the end of a run "
-               "are left out.</p>" + _raw_table(rows))
-    guard = ("<p>For a script the guard compares the loss of every step (the scalars passed to backward, "
-             f"summed per optimizer step) over the first {r.guard.steps} steps, within {r.guard.loss_rtol:.2%}; "
-             "no parameters come back from a script run, so the parameter check above does not apply.</p>")
+    written = (
+        "<h2>Side effects: files each run opened for writing</h2><p class=sub>Runs carry TORCHSMITH_TUNE=1 "
+        "in their environment so a script can skip its own saving; temporary files gone at the end of a run "
+        "are left out.</p>" + _raw_table(rows)
+    )
+    guard = (
+        "<p>For a script the guard compares the loss of every step (the scalars passed to backward, "
+        f"summed per optimizer step) over the first {r.guard.steps} steps, within {r.guard.loss_rtol:.2%}; "
+        "no parameters come back from a script run, so the parameter check above does not apply.</p>"
+    )
     return ["<h2>Reproducibility of the baseline</h2>" + spread + guard, use, applied, written]
 
 

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Literal
+from typing import Literal
 
 import torch
 
@@ -78,8 +79,13 @@ class ScriptTuneResult(TuneResult):
     """How the injection applied each knob of the winning plan ("applied", "as written: ...")."""
 
 
-def tune_script(command: list[str], cfg: ScriptTuneConfig = ScriptTuneConfig(), *, env: dict[str, str] | None = None,
-                on_progress: Callable[[TuneProgress], None] | None = None) -> ScriptTuneResult:
+def tune_script(
+    command: list[str],
+    cfg: ScriptTuneConfig = ScriptTuneConfig(),
+    *,
+    env: dict[str, str] | None = None,
+    on_progress: Callable[[TuneProgress], None] | None = None,
+) -> ScriptTuneResult:
     """Search the plans for ``command`` within the budget; see the module docstring."""
     from torchsmith.measure.fingerprint import machine_fingerprint
 
@@ -110,8 +116,10 @@ def tune_script(command: list[str], cfg: ScriptTuneConfig = ScriptTuneConfig(), 
     timeout = max(60.0, cfg.timeout_factor * run_cost)
     b2 = measure(Plan(), "baseline", timeout)
     if not b2.ok:
-        raise TuneError(f"`{shown}` as written, second run: {b2.error}.\n"
-                        "Tip: the baseline runs twice to check the losses repeat; it must succeed both times.")
+        raise TuneError(
+            f"`{shown}` as written, second run: {b2.error}.\n"
+            "Tip: the baseline runs twice to check the losses repeat; it must succeed both times."
+        )
     spread = baseline_spread(b1.losses, b2.losses)
     guard, notes = _guard_for_spread(spread, cfg)
     dev = torch.device("cuda" if b1.facts.get("device", "cpu").startswith("cuda") else "cpu")
@@ -120,7 +128,9 @@ def tune_script(command: list[str], cfg: ScriptTuneConfig = ScriptTuneConfig(), 
     if cfg.knobs is not None:
         dims = [d for d in dims if d.name in cfg.knobs]
     if cfg.memory_limit is None:
-        skipped += [(d.name, "trades speed for memory; pass --memory-limit to search it") for d in dims if d.saves_memory]
+        skipped += [
+            (d.name, "trades speed for memory; pass --memory-limit to search it") for d in dims if d.saves_memory
+        ]
         dims = [d for d in dims if not d.saves_memory]
     total = 2 + sum(2 * len(d.moves()) for d in dims) + 2
 
@@ -141,8 +151,13 @@ def tune_script(command: list[str], cfg: ScriptTuneConfig = ScriptTuneConfig(), 
             # This candidate and the baseline after it, then the proof (best, baseline).
             need = run_cost * 2 + (COMPILE_EXTRA_SECONDS if plan.compile.enabled else 0) + 2 * run_cost
             if elapsed() + need > cfg.budget_seconds:
-                skipped.append((dim.name, f"budget: {plan.describe()} needs ~{need:.0f} s with the proof, "
-                                          f"{cfg.budget_seconds - elapsed():.0f} s left"))
+                skipped.append(
+                    (
+                        dim.name,
+                        f"budget: {plan.describe()} needs ~{need:.0f} s with the proof, "
+                        f"{cfg.budget_seconds - elapsed():.0f} s left",
+                    )
+                )
                 continue
             progress(done, total, dim.name, best, best_speed)
             limit = timeout + (COMPILE_EXTRA_SECONDS if plan.compile.enabled else 0)
@@ -157,48 +172,85 @@ def tune_script(command: list[str], cfg: ScriptTuneConfig = ScriptTuneConfig(), 
             if cand.status == "accepted" and (not best_fits or (cand.speedup or 0) > best_speed * (1 + NOISE_MARGIN)):
                 best, best_speed, best_fits = plan, cand.speedup or 1.0, True
             elif cand.status == "accepted":
-                cand = _with(cand, "slower", f"{cand.speedup:.2f}x does not beat the best so far "
-                                             f"({best_speed:.2f}x) by more than {NOISE_MARGIN:.0%}")
+                cand = _with(
+                    cand,
+                    "slower",
+                    f"{cand.speedup:.2f}x does not beat the best so far "
+                    f"({best_speed:.2f}x) by more than {NOISE_MARGIN:.0%}",
+                )
             candidates.append(cand)
 
     progress(done, total, "proof", best, best_speed)
     base_c, best_c, best_run = _prove(measure, best, last_base, timeout, reference, guard, cfg, b1)
     fits_only_tuned = cfg.memory_limit is not None and (b1.peak_memory_bytes or 0) > cfg.memory_limit
-    if best != Plan() and (best_c.status != "accepted" or (
-            not fits_only_tuned and (not best_c.speedup or best_c.speedup < 1.0))):
-        notes.append(f"{best.describe()} was {best_speed:.2f}x in the search but "
-                     f"{best_c.speedup or 0:.2f}x in the final side-by-side proof: the as-written plan is kept")
+    if best != Plan() and (
+        best_c.status != "accepted" or (not fits_only_tuned and (not best_c.speedup or best_c.speedup < 1.0))
+    ):
+        notes.append(
+            f"{best.describe()} was {best_speed:.2f}x in the search but "
+            f"{best_c.speedup or 0:.2f}x in the final side-by-side proof: the as-written plan is kept"
+        )
         best, best_c, best_run = Plan(), base_c, None
     return ScriptTuneResult(
-        workload=shown, plan=best, baseline=base_c, best=best_c, candidates=candidates, throughput_unit="steps/s",
-        items_per_step=None, budget_seconds=cfg.budget_seconds, elapsed_seconds=elapsed(),
-        memory_limit_bytes=cfg.memory_limit, guard=guard, fingerprint=machine_fingerprint(), device=str(dev),
-        baseline_losses=reference, best_losses=best_run.losses if best_run else reference, skipped=skipped,
-        notes=notes, warmup_steps=cfg.run.warmup, timed_steps=cfg.run.window, command=list(command),
+        workload=shown,
+        plan=best,
+        baseline=base_c,
+        best=best_c,
+        candidates=candidates,
+        throughput_unit="steps/s",
+        items_per_step=None,
+        budget_seconds=cfg.budget_seconds,
+        elapsed_seconds=elapsed(),
+        memory_limit_bytes=cfg.memory_limit,
+        guard=guard,
+        fingerprint=machine_fingerprint(),
+        device=str(dev),
+        baseline_losses=reference,
+        best_losses=best_run.losses if best_run else reference,
+        skipped=skipped,
+        notes=notes,
+        warmup_steps=cfg.run.warmup,
+        timed_steps=cfg.run.window,
+        command=list(command),
         code_change=adoption_lines(best, best_run.applied if best_run else {}, b1.facts),
-        written_files=written, spread=spread, applied=best_run.applied if best_run else {})
+        written_files=written,
+        spread=spread,
+        applied=best_run.applied if best_run else {},
+    )
 
 
 def _guard_for_spread(spread: BaselineSpread, cfg: ScriptTuneConfig) -> tuple[GuardConfig, list[str]]:
     if spread.reproducible:
         return cfg.guard, []
-    what = (f"the as-written script's losses differ between two runs with the same seeds by up to "
-            f"{spread.max_rel_diff:.2%} (step {spread.worst_step + 1}): it draws randomness torchsmith does not "
-            "seed (its own seeding from the clock, DataLoader workers, os.urandom) or runs nondeterministic kernels")
+    what = (
+        f"the as-written script's losses differ between two runs with the same seeds by up to "
+        f"{spread.max_rel_diff:.2%} (step {spread.worst_step + 1}): it draws randomness torchsmith does not "
+        "seed (its own seeding from the clock, DataLoader workers, os.urandom) or runs nondeterministic kernels"
+    )
     if cfg.on_spread == "refuse" or spread.max_rel_diff > cfg.max_spread:
         limit = "" if cfg.on_spread == "refuse" else f", above the {cfg.max_spread:.0%} a guard can work with"
-        raise TuneError(f"{what}{limit}; no loss comparison can tell a changed knob from that noise.\n"
-                        "Tip: seed the script (torch.manual_seed, numpy and random) and its DataLoader "
-                        "(generator=torch.Generator().manual_seed(0)), then tune again.")
+        raise TuneError(
+            f"{what}{limit}; no loss comparison can tell a changed knob from that noise.\n"
+            "Tip: seed the script (torch.manual_seed, numpy and random) and its DataLoader "
+            "(generator=torch.Generator().manual_seed(0)), then tune again."
+        )
     widened = cfg.guard.loss_rtol + spread.max_rel_diff
     from dataclasses import replace
 
     return replace(cfg.guard, loss_rtol=widened), [
-        f"{what}. The loss guard is widened by that spread: {cfg.guard.loss_rtol:.2%} -> {widened:.2%}."]
+        f"{what}. The loss guard is widened by that spread: {cfg.guard.loss_rtol:.2%} -> {widened:.2%}."
+    ]
 
 
-def _candidate(c: ScriptRun, around: list[float], reference: list[float], guard: GuardConfig,
-               memory_limit: int | None, knob: str, base_peak: int | None) -> Candidate:
+def _candidate(
+    c: ScriptRun,
+    around: list[float],
+    reference: list[float],
+    guard: GuardConfig,
+    memory_limit: int | None,
+    knob: str,
+    base_peak: int | None,
+) -> Candidate:
     base = statistics.mean(around) if around else None
     speed = base / c.step_seconds if base and c.step_seconds else None
     mem = c.peak_memory_bytes / base_peak if c.peak_memory_bytes and base_peak else None
@@ -215,8 +267,20 @@ def _candidate(c: ScriptRun, around: list[float], reference: list[float], guard:
         else:
             status, reason = "accepted", ""
     reason = reason or "; ".join(f"{k}: {v}" for k, v in c.applied.items() if not v.startswith("applied"))
-    return Candidate(c.plan, knob, status, c.step_seconds, speed, c.peak_memory_bytes, mem, diff, None, None,
-                     reason, c.plan.describe())
+    return Candidate(
+        c.plan,
+        knob,
+        status,
+        c.step_seconds,
+        speed,
+        c.peak_memory_bytes,
+        mem,
+        diff,
+        None,
+        None,
+        reason,
+        c.plan.describe(),
+    )
 
 
 def _with(c: Candidate, status: Status, reason: str) -> Candidate:
@@ -225,12 +289,32 @@ def _with(c: Candidate, status: Status, reason: str) -> Candidate:
     return replace(c, status=status, reason=reason)
 
 
-def _prove(measure, best: Plan, last_base: ScriptRun, timeout: float, reference: list[float], guard: GuardConfig,
-           cfg: ScriptTuneConfig, b1: ScriptRun) -> tuple[Candidate, Candidate, ScriptRun | None]:
+def _prove(
+    measure,
+    best: Plan,
+    last_base: ScriptRun,
+    timeout: float,
+    reference: list[float],
+    guard: GuardConfig,
+    cfg: ScriptTuneConfig,
+    b1: ScriptRun,
+) -> tuple[Candidate, Candidate, ScriptRun | None]:
     """The best plan, then the baseline: with the search's last baseline before it, the best run sits
     between two baselines; the speedup is their median step time over the best's."""
-    base_c = Candidate(Plan(), "baseline", "baseline", last_base.step_seconds, 1.0, b1.peak_memory_bytes, 1.0,
-                       0.0, None, None, "", "as written")
+    base_c = Candidate(
+        Plan(),
+        "baseline",
+        "baseline",
+        last_base.step_seconds,
+        1.0,
+        b1.peak_memory_bytes,
+        1.0,
+        0.0,
+        None,
+        None,
+        "",
+        "as written",
+    )
     if best == Plan():
         return base_c, base_c, None
     limit = timeout + (COMPILE_EXTRA_SECONDS if best.compile.enabled else 0)
@@ -242,14 +326,33 @@ def _prove(measure, best: Plan, last_base: ScriptRun, timeout: float, reference:
         failed = _candidate(first, bases, reference, guard, cfg.memory_limit, "best", b1.peak_memory_bytes)
         return base_c, failed, first
     run = min(bests, key=lambda r: r.step_seconds or float("inf"))
-    best_c = _candidate(run, [statistics.median(bases)] if bases else [], reference, guard, cfg.memory_limit,
-                        "best", b1.peak_memory_bytes)
+    best_c = _candidate(
+        run,
+        [statistics.median(bases)] if bases else [],
+        reference,
+        guard,
+        cfg.memory_limit,
+        "best",
+        b1.peak_memory_bytes,
+    )
     if best_c.status == "accepted":
         base_s, best_s = statistics.median(bases), statistics.median([r.step_seconds for r in bests])
         best_c = _with(best_c, "accepted", "")
         from dataclasses import replace
 
         best_c = replace(best_c, speedup=base_s / best_s, step_seconds=best_s)
-    base_c = Candidate(Plan(), "baseline", "baseline", statistics.median(bases) if bases else None, 1.0,
-                       b1.peak_memory_bytes, 1.0, 0.0, None, None, "", "as written")
+    base_c = Candidate(
+        Plan(),
+        "baseline",
+        "baseline",
+        statistics.median(bases) if bases else None,
+        1.0,
+        b1.peak_memory_bytes,
+        1.0,
+        0.0,
+        None,
+        None,
+        "",
+        "as written",
+    )
     return base_c, best_c, run

@@ -42,11 +42,16 @@ def adoption_lines(plan: Plan, applied: dict[str, str], facts: dict[str, Any]) -
         args = m.group(1) if m else ", ".join(f"{k}={v}" for k, v in loader.items())
         out.append(f"DataLoader(..., {args})")
     if isinstance(plan.precision, Autocast) and done("precision"):
-        out.append(f'with torch.autocast("{device}", dtype=torch.{plan.precision.dtype}):\n'
-                   f"    out = {var}(inputs)  # the forward only\nloss = loss_fn(out.float(), targets)  # {model}'s output back to fp32")
+        out.append(
+            f'with torch.autocast("{device}", dtype=torch.{plan.precision.dtype}):\n'
+            f"    out = {var}(inputs)  # the forward only\n"
+            f"loss = loss_fn(out.float(), targets)  # {model}'s output back to fp32"
+        )
     if not isinstance(plan.checkpointing, NoCheckpointing) and done("checkpointing"):
-        out.append("from torch.utils.checkpoint import checkpoint\n"
-                   "x = checkpoint(block, x, use_reentrant=False)  # for each repeated block, in the model's forward")
+        out.append(
+            "from torch.utils.checkpoint import checkpoint\n"
+            "x = checkpoint(block, x, use_reentrant=False)  # for each repeated block, in the model's forward"
+        )
     if plan.compile != Compile() and done("compile"):
         mode = "" if plan.compile.mode == "default" else f'mode="{plan.compile.mode}"'
         out.append(f"{var}.compile({mode})  # after building {model}, before the training loop")

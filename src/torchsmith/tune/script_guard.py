@@ -40,14 +40,16 @@ def _rel(a: float, b: float) -> float:
 
 
 def baseline_spread(first: list[float], second: list[float]) -> BaselineSpread:
-    diffs = [_rel(a, b) for a, b in zip(second, first)]
+    diffs = [_rel(a, b) for a, b in zip(second, first, strict=False)]
     if not diffs:
         return BaselineSpread(0.0, 0, 0)
     worst = max(range(len(diffs)), key=diffs.__getitem__)
     return BaselineSpread(diffs[worst], worst, len(diffs))
 
 
-def script_guard_rejection(losses: list[float], reference: list[float], cfg: GuardConfig) -> tuple[str | None, float | None]:
+def script_guard_rejection(
+    losses: list[float], reference: list[float], cfg: GuardConfig
+) -> tuple[str | None, float | None]:
     """(why ``losses`` fail the guard against ``reference``, or None; the largest relative difference)."""
     n = min(len(losses), len(reference), cfg.steps)
     if n == 0:
@@ -55,10 +57,12 @@ def script_guard_rejection(losses: list[float], reference: list[float], cfg: Gua
     for i in range(n):
         if math.isfinite(reference[i]) and not math.isfinite(losses[i]):
             return f"loss is {losses[i]} at step {i + 1} where the baseline's is {reference[i]:.4g}", math.inf
-    diffs = [_rel(a, b) for a, b in zip(losses[:n], reference[:n])]
+    diffs = [_rel(a, b) for a, b in zip(losses[:n], reference[:n], strict=False)]
     worst = max(diffs)
     if worst > cfg.loss_rtol:
         step = diffs.index(worst)
-        return (f"loss differs from the baseline by up to {worst:.2%} (step {step + 1}: {losses[step]:.4g} vs "
-                f"{reference[step]:.4g}) over {n} steps (tolerance {cfg.loss_rtol:.2%})"), worst
+        return (
+            f"loss differs from the baseline by up to {worst:.2%} (step {step + 1}: {losses[step]:.4g} vs "
+            f"{reference[step]:.4g}) over {n} steps (tolerance {cfg.loss_rtol:.2%})"
+        ), worst
     return None, worst

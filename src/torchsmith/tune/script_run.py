@@ -150,7 +150,7 @@ def _read_facts(run: ScriptRun, cfg: ScriptRunConfig) -> None:
     run.peak_memory_bytes = f.get("peak_memory_bytes")
     ends = f.get("step_ends", [])[cfg.warmup - 1:] if cfg.warmup >= 1 else f.get("step_ends", [])
     if len(ends) >= 2:
-        durations = [b - a for a, b in zip(ends, ends[1:])]
+        durations = [b - a for a, b in zip(ends, ends[1:], strict=False)]
         run.step_seconds = statistics.median(durations)
         run.steps_per_second = (len(ends) - 1) / (ends[-1] - ends[0])
 

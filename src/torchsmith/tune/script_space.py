@@ -27,9 +27,9 @@ def script_space(device: DeviceInfo, *, uses_loader: bool) -> list[Dimension]:
     dims: list[Dimension] = []
     for name in SCRIPT_KNOBS:
         if name == "backend":
-            values = _backend_values(device)
-            if values:
-                dims.append(Dimension("backend", "backend", tuple(values), False))
+            backends = _backend_values(device)
+            if backends:
+                dims.append(Dimension("backend", "backend", tuple(backends), False))
             continue
         d = by_name.get(name)
         if d is None or (name == "loader" and not uses_loader):

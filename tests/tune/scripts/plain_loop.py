@@ -63,12 +63,23 @@ step = 0
 def observe():
     if args.observe:
         with open(args.observe, "w") as f:
-            json.dump({**seen, "compiled": getattr(model, "_compiled_call_impl", None) is not None,
-                       # a checkpointed block recomputes its forward in backward: torchsmith wraps it
-                       "checkpointed": all("forward" in b.__dict__ for b in model.blocks), "threads": torch.get_num_threads(), "fused": opt.param_groups[0]["fused"],
-                       "foreach": opt.param_groups[0]["foreach"], "num_workers": loader.num_workers,
-                       "persistent_workers": loader.persistent_workers, "tune_env": os.environ.get("TORCHSMITH_TUNE"),
-                       "matmul_precision": torch.get_float32_matmul_precision(), "steps": step}, f)
+            json.dump(
+                {
+                    **seen,
+                    "compiled": getattr(model, "_compiled_call_impl", None) is not None,
+                    # a checkpointed block recomputes its forward in backward: torchsmith wraps it
+                    "checkpointed": all("forward" in b.__dict__ for b in model.blocks),
+                    "threads": torch.get_num_threads(),
+                    "fused": opt.param_groups[0]["fused"],
+                    "foreach": opt.param_groups[0]["foreach"],
+                    "num_workers": loader.num_workers,
+                    "persistent_workers": loader.persistent_workers,
+                    "tune_env": os.environ.get("TORCHSMITH_TUNE"),
+                    "matmul_precision": torch.get_float32_matmul_precision(),
+                    "steps": step,
+                },
+                f,
+            )
 
 
 try:

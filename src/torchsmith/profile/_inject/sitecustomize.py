@@ -32,7 +32,8 @@ def _chain() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
-    if spec is not None and spec.origin and os.path.dirname(os.path.abspath(spec.origin)) != here:
+    if spec is not None and spec.loader is not None and spec.origin and \
+            os.path.dirname(os.path.abspath(spec.origin)) != here:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
 
