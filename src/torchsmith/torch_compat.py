@@ -65,10 +65,11 @@ def compile_seconds(keys: tuple[str, ...]) -> float:
 
 
 def compile_errors() -> tuple[type[BaseException], ...]:
-    """Errors that mean the C++ toolchain or a lowering failed, not the user's code."""
+    """Errors that mean compilation failed (Dynamo, the C++ toolchain, a lowering), not the user's code."""
+    from torch._dynamo.exc import TorchDynamoException
     from torch._inductor.exc import CppCompileError, InvalidCxxCompiler, OperatorIssue
 
-    return CppCompileError, InvalidCxxCompiler, OperatorIssue
+    return TorchDynamoException, CppCompileError, InvalidCxxCompiler, OperatorIssue
 
 
 def compiled_call(module: nn.Module) -> Callable[..., Any] | None:

@@ -52,3 +52,42 @@ def test_losses_and_parameters_are_compared_over_the_first_compare_steps_only():
     assert long.loss_rel_diff == short.loss_rel_diff and long.param_rel_diff == pytest.approx(short.param_rel_diff)
     assert measure_plans(w, [Plan(), bf16], warmup=0, steps=40, measure_memory=False)[1].param_rel_diff \
         != pytest.approx(short.param_rel_diff)
+
+
+def _random_workload(batches):
+    """Dropout, plus draws from Python's and numpy's global RNGs in the loss: every RNG a step may use."""
+    import random
+
+    import numpy as np
+    import torch
+
+    from torchsmith.workload import Workload
+
+    def loss(model, batch):
+        noise = random.random() + float(np.random.rand())
+        return model(batch).pow(2).mean() * (1 + 1e-3 * noise)
+
+    return Workload(model=lambda: torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Dropout(0.5),
+                                                      torch.nn.Linear(32, 1)),
+                    batches=batches, loss=loss, optimizer=lambda p: torch.optim.SGD(p, lr=0.1), seed=3)
+
+
+def test_interleaved_plans_each_keep_their_own_rng_streams_as_a_run_alone_would():
+    # Each plan owns the torch (CPU and CUDA), Python and numpy RNG states between its steps, so
+    # interleaving A B A B draws the same dropout masks and noise for each as running it alone.
+    import torch
+
+    batches = [torch.randn(16, 8, generator=torch.Generator().manual_seed(i)) for i in range(4)]
+    alone = measure_plans(_random_workload(batches), [Plan()], warmup=1, steps=5, measure_memory=False)[0]
+    a, b = measure_plans(_random_workload(batches), [Plan(), Plan()], warmup=1, steps=5, measure_memory=False)
+    assert a.losses == b.losses == alone.losses
+    assert len(set(alone.losses)) > 1
+
+
+def test_an_empty_batch_source_raises_instead_of_looping_forever():
+    from torchsmith.workload import WorkloadError
+
+    ms = measure_plans(_random_workload([]), [Plan()], warmup=1, steps=2, measure_memory=False)
+    assert ms[0].error and "yielded no batches" in ms[0].error
+    with pytest.raises(WorkloadError, match="epoch 0 yielded no batches"):
+        next(_random_workload([]).cycle())

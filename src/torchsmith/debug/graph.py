@@ -24,11 +24,11 @@ from typing import Any
 import torch
 from torch import fx, nn
 from torch.fx.passes.shape_prop import ShapeProp
-from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import FlopCounterMode
 
 from torchsmith.inspect.graph import NodeInfo, capture_inputs  # noqa: F401  (capture_inputs: part of debug's API)
 from torchsmith.text import first_line
+from torchsmith.torch_compat import tree_leaves
 
 
 @dataclass(frozen=True)

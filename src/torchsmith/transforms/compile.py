@@ -30,6 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from torchsmith import torch_compat
 from torchsmith.plan import Compile
 from torchsmith.structure import StructureError, discover
 from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo, mark_applied
@@ -44,18 +45,10 @@ with warm caches; benchmarks/compile_time.py)."""
 _COMPILE_TIME_KEYS = ("_compile.compile_inner", "compile_fx.<locals>.bw_compiler")
 
 
-def compile_errors() -> tuple[type[BaseException], ...]:
-    """Exception types that mean "compilation failed", as opposed to an error of the model itself."""
-    from torch._dynamo.exc import TorchDynamoException
-    from torch._inductor.exc import CppCompileError, InvalidCxxCompiler, OperatorIssue
-
-    return (TorchDynamoException, CppCompileError, InvalidCxxCompiler, OperatorIssue)
-
-
 def is_compile_error(err: BaseException) -> bool:
     """True for a failure to compile: a Dynamo/Inductor error, or any error raised while AOT autograd
     compiled the backward lazily (a backend's own exception passes through unwrapped there)."""
-    if isinstance(err, compile_errors()):
+    if isinstance(err, torch_compat.compile_errors()):
         return True
     frames = traceback.extract_tb(err.__traceback__)
     return any(f.name == "get_or_compile" and "_aot_autograd" in f.filename for f in frames)
@@ -71,9 +64,7 @@ def compile_seconds() -> float:
     >>> compile_seconds() - before  # doctest: +SKIP
     4.2
     """
-    from torch._dynamo.utils import compilation_time_metrics
-
-    return sum(sum(compilation_time_metrics.get(key, ())) for key in _COMPILE_TIME_KEYS)
+    return torch_compat.compile_seconds(_COMPILE_TIME_KEYS)
 
 
 class EagerFallback:
@@ -109,8 +100,7 @@ def _describe(err: BaseException) -> str:
 
 
 def _uncompile(module: nn.Module) -> None:
-    # The instance attribute shadows nn.Module's class default (None); removing it restores that.
-    module.__dict__.pop("_compiled_call_impl", None)
+    torch_compat.set_compiled_call(module, None)
 
 
 def _guarded(module: nn.Module, compiled: Callable[..., Any], fallback: EagerFallback) -> Callable[..., Any]:
@@ -151,7 +141,7 @@ def apply_compile(model: nn.Module, cfg: Compile, *, recover: list[Callable[[Bas
     mark_applied(model, "compile", change)
     fallback = EagerFallback()
     for name, module in targets:
-        if module._compiled_call_impl is not None:
+        if torch_compat.compiled_call(module) is not None:
             change.revert()
             raise TransformError(
                 f"{name or type(model).__name__} is already compiled (by module.compile() outside torchsmith); "
@@ -159,7 +149,7 @@ def apply_compile(model: nn.Module, cfg: Compile, *, recover: list[Callable[[Bas
                 "Tip: drop your own .compile() call and let the plan compile, or leave compile.enabled false."
             )
         compiled = torch.compile(module._call_impl, mode=cfg.mode, backend=backend)
-        module._compiled_call_impl = _guarded(module, compiled, fallback)
+        torch_compat.set_compiled_call(module, _guarded(module, compiled, fallback))
         fallback.modules.append(module)
         change.on_revert(functools.partial(_uncompile, module))
         change.targets.append(name or type(model).__name__)

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from torchsmith.plan import CompressSaved, KeepSaved, OffloadSaved, SavedTensors
+from torchsmith.torch_compat import storage_key
 from torchsmith.transforms.base import Change, DeviceInfo, TransformError, TransformInfo
 from torchsmith.transforms.parts import StepParts
 
@@ -58,9 +59,9 @@ class compress_saved(torch.autograd.graph.saved_tensors_hooks):  # noqa: N801 - 
         self.dtype = dtype
         self.stats = CompressionStats()
         # Storages of parameters and buffers: saved as-is (they exist anyway).
-        self._keep = {p.untyped_storage()._cdata for p in model.parameters()} if model is not None else set()
+        self._keep = {storage_key(p) for p in model.parameters()} if model is not None else set()
         if model is not None:
-            self._keep |= {b.untyped_storage()._cdata for b in model.buffers()}
+            self._keep |= {storage_key(b) for b in model.buffers()}
         # (storage key, dtype) -> (weakref to storage, compressed storage); the weakref
         # detects an address freed and reused by a new tensor, which must not hit the cache.
         self._cache: dict[tuple, tuple[weakref.ref, torch.Tensor]] = {}
@@ -78,12 +79,12 @@ class compress_saved(torch.autograd.graph.saved_tensors_hooks):  # noqa: N801 - 
         storage = t.untyped_storage()
         skip = (not t.is_floating_point() or t.element_size() <= self.dtype.itemsize
                 or isinstance(t, nn.Parameter) or isinstance(t._base, nn.Parameter)
-                or storage._cdata in self._keep)
+                or storage_key(t) in self._keep)
         if skip:
             return t.detach()  # detach: the graph must not hold an output with its own grad_fn (a cycle)
         # Compress per storage, not per tensor: q, k and v split from one projection, or h and
         # h.t() saved by one matmul, are views of one storage and share one compressed copy.
-        key = (storage._cdata, t.dtype)
+        key = (storage_key(t), t.dtype)
         hit = self._cache.get(key)
         if hit is not None and hit[0]() is not None:
             flat16 = hit[1]
