@@ -3,7 +3,7 @@
 import pytest
 
 from torchsmith.harness.compare import PlanMeasurement
-from torchsmith.plan import Plan
+from torchsmith.plan import Plan, Threads
 from torchsmith.tune import tune
 from torchsmith.tune.choose import pooled, unsure
 
@@ -55,3 +55,20 @@ def test_pooled_rounds_take_the_median_ratio_against_the_first_reference():
     ref1, ref2, ref3 = (PlanMeasurement(Plan(), s) for s in (1.0, 2.0, 1.0))
     a, b, c = (PlanMeasurement(Plan(), s) for s in (0.25, 2.0, 1.0))
     assert pooled([(ref1, a), (ref2, b), (ref3, c)]).step_seconds == pytest.approx(1.0)
+
+
+def test_when_nothing_fits_the_smallest_peak_that_keeps_the_loss_is_kept_for_the_next_memory_knob():
+    from torchsmith.tune.choose import choose
+    from torchsmith.tune.guard import GuardConfig
+
+    def m(peak, loss_diff=0.0):
+        return PlanMeasurement(Plan(), 1.0, step_times=[1.0] * 4, peak_memory_bytes=peak, losses=[1.0],
+                               loss_rel_diff=loss_diff, param_rel_diff=0.0)
+
+    current = m(250)
+    moves = [{"threads": Threads(intra_op=n)} for n in (1, 2, 3)]  # any distinct moves: only the peaks matter
+    measured = [m(180), m(120, loss_diff=0.5), m(220)]  # the one under the limit changes the loss
+    verdict = choose("checkpointing", moves, measured, current, current, GuardConfig(), memory_limit=150)
+    assert verdict.winner is not None and verdict.winner.peak_memory_bytes == 180
+    assert "closest to the limit" in verdict.winner.reason
+    assert choose("checkpointing", moves, measured, m(140), m(140), GuardConfig(), memory_limit=150).winner is None

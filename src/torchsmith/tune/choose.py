@@ -118,7 +118,8 @@ def choose(knob: str, moves: list[dict[str, Any]], measured: list[PlanMeasuremen
             verdicts.append(None)  # passed: judged below, against the fastest
             passed.append(i)
     if not passed:
-        return KnobVerdict(None, [], [v for v in verdicts if v is not None])
+        closer = _closer_to_the_limit(moves, measured, current, base, guard, memory_limit, knob, verdicts)
+        return KnobVerdict(closer, [], [v for v in verdicts if v is not None])
 
     fastest_i = min(passed, key=lambda i: seconds(measured[i]))
     fastest = measured[fastest_i]
@@ -137,3 +138,25 @@ def choose(knob: str, moves: list[dict[str, Any]], measured: list[PlanMeasuremen
         if seconds(m) <= seconds(leader) * (1 + CLOSE_CALL):
             close.append(moves[i])
     return KnobVerdict(winner, close, [v for v in verdicts if v is not None])
+
+
+def _closer_to_the_limit(moves: list[dict[str, Any]], measured: list[PlanMeasurement], current: PlanMeasurement,
+                         base: PlanMeasurement, guard: GuardConfig, memory_limit: int | None, knob: str,
+                         verdicts: list[Candidate | None]) -> Candidate | None:
+    """When nothing fits and the current plan does not fit either, the candidate with the smallest
+    peak (that keeps the loss) is still progress: the next memory knob builds on it, as
+    checkpointing plus micro-batching may fit where neither does alone. It replaces its verdict."""
+    if memory_limit is None or fits(current, memory_limit) or current.peak_memory_bytes is None:
+        return None
+    kept = [i for i, m in enumerate(measured) if not m.error and guard_rejection(m, guard) is None
+            and m.peak_memory_bytes is not None and m.peak_memory_bytes < current.peak_memory_bytes]
+    if not kept:
+        return None
+    i = min(kept, key=lambda i: measured[i].peak_memory_bytes or 0)
+    m = measured[i]
+    closer = Candidate.from_measurement(
+        m, base, knob, "accepted",
+        f"closest to the limit so far: {format_bytes(m.peak_memory_bytes)} "
+        f"(limit {format_bytes(memory_limit)}); the next memory knob builds on it", describe_move(moves[i]))
+    verdicts[i] = closer
+    return closer

@@ -38,6 +38,7 @@ from torchsmith.engine.loop import build_step, resolve_device
 from torchsmith.harness.compare import PlanMeasurement, StepTimer, measure_plans, refusal, wall_clock
 from torchsmith.measure.fingerprint import machine_fingerprint
 from torchsmith.plan import Plan
+from torchsmith.text import format_bytes
 from torchsmith.tune.choose import (
     LARGE_WIN,
     KnobVerdict,
@@ -204,6 +205,10 @@ class _Search:
             notes.append(f"re-measured beside the baseline, {plan.describe()} ran at {best_c.speedup or 0:.2f}x; "
                          "kept the as-written plan instead (never a regression).")
             plan, best_c = Plan(), base_c
+        if not fits(ms[-1], self.memory_limit):
+            notes.append(f"no plan searched fits the memory limit of {format_bytes(self.memory_limit)}: the closest, "
+                         f"{plan.describe()}, peaked at {format_bytes(ms[-1].peak_memory_bytes)}. Tip: a larger "
+                         "--budget searches more memory knobs together, or lower the batch size.")
         return _Proof(plan, base_c, best_c, ms, notes)
 
     def result(self, proof: _Proof, not_applicable: list[Candidate]) -> TuneResult:
