@@ -8,3 +8,17 @@ for sub in ("engine",):
 
 # Keep the peak-FLOP/s cache and other state out of the user's home during tests.
 os.environ.setdefault("TORCHSMITH_CACHE_DIR", str(Path(__file__).parent.parent / ".pytest_cache" / "torchsmith"))
+
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads_restored():
+    """Thread counts are process-wide: a test that sets them (a plan applied in-process, a probe)
+    must not change what the next test sees as the count "as written"."""
+    before = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != before:
+        torch.set_num_threads(before)

@@ -71,6 +71,9 @@ class DeviceInfo:
     type: str  # "cpu" | "cuda"
     cores: int = 1
     native_bf16: bool = False
+    threads_as_written: int | None = None
+    """Intra-op threads the code runs with as written; None: this process's current count. A script
+    tuned from outside runs in a fresh process, with PyTorch's default instead."""
 
 
 Trade = Literal["speed", "memory"]

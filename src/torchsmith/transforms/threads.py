@@ -41,7 +41,8 @@ def _candidates(device: DeviceInfo) -> list[Threads]:
     if device.type != "cpu":
         return []
     # The count PyTorch already uses is the as-written plan: trying it again only measures noise.
-    counts = sorted({1, max(1, device.cores // 2), device.cores} - {torch.get_num_threads()})
+    as_written = device.threads_as_written or torch.get_num_threads()
+    counts = sorted({1, max(1, device.cores // 2), device.cores} - {as_written})
     return [Threads(intra_op=n) for n in counts]
 
 

@@ -7,9 +7,11 @@ backend switches, each with the candidate values its transform registers for thi
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from typing import Any
 
+from torchsmith.measure.fingerprint import usable_cores
 from torchsmith.plan import Autocast, Backend, CheckpointBlocks, Compile, Plan
 from torchsmith.transforms.base import DeviceInfo
 from torchsmith.tune.space import Dimension, search_space
@@ -23,6 +25,10 @@ UNSUPPORTED_FIELDS = ("microbatching", "parallel", "nonfinite", "auto_microbatch
 
 def script_space(device: DeviceInfo, *, uses_loader: bool) -> list[Dimension]:
     """Candidate moves per knob for a script on ``device``; loader knobs only when it uses a DataLoader."""
+    # The script starts in a fresh process: its threads as written are PyTorch's default there
+    # (OMP_NUM_THREADS when set, else the physical cores), whatever this process has set.
+    omp = os.environ.get("OMP_NUM_THREADS", "")
+    device = replace(device, threads_as_written=int(omp) if omp.isdigit() and int(omp) > 0 else usable_cores())
     by_name = {d.name: d for d in search_space(device)}
     dims: list[Dimension] = []
     for name in SCRIPT_KNOBS:
