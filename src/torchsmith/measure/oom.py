@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from torchsmith.measure.memory import memory_split
+from torchsmith.structure import discover
 from torchsmith.text import first_line, format_bytes
 from torchsmith.torch_compat import storage_key, tree_leaves
 
@@ -188,7 +189,8 @@ def explain(err: BaseException, model: nn.Module | None = None,
 def _fixes(model: nn.Module | None, acts: int, saved: int, saved_fp32: int, acts_fp32: int) -> list[Fix]:
     """Estimated savings: halving the micro-batch halves activations; checkpointing keeps one block
     input of the saved tensors; bf16 halves what is fp32 (saved tensors only, or all activations)."""
-    blocks = max((len(m) for m in model.modules() if isinstance(m, nn.ModuleList)), default=0) if model else 0
+    found = discover(model) if model is not None else None
+    blocks = len(found.block_items("OOM fix ranking")) if found is not None and found.blocks is not None else 0
     kept = 1 / blocks if blocks > 1 else 0.5  # checkpointing keeps each block's input only
     fixes = [
         Fix("micro-batching x2", acts // 2, "Plan(microbatching=MicroBatching(count=2)) or auto_microbatch=True: "
