@@ -26,12 +26,7 @@ CPU = torch.device("cpu")
 LMS = ("hf-gpt2", "hf-llama")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: steadier on 2 shared cores
 
 
 def _knobs() -> list[tuple[str, object]]:

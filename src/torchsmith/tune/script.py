@@ -22,7 +22,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import torch
@@ -301,20 +301,7 @@ def _prove(
 ) -> tuple[Candidate, Candidate, ScriptRun | None]:
     """The best plan, then the baseline: with the search's last baseline before it, the best run sits
     between two baselines; the speedup is their median step time over the best's."""
-    base_c = Candidate(
-        Plan(),
-        "baseline",
-        "baseline",
-        last_base.step_seconds,
-        1.0,
-        b1.peak_memory_bytes,
-        1.0,
-        0.0,
-        None,
-        None,
-        "",
-        "as written",
-    )
+    base_c = _baseline_candidate(last_base.step_seconds, b1.peak_memory_bytes)
     if best == Plan():
         return base_c, base_c, None
     limit = timeout + (COMPILE_EXTRA_SECONDS if best.compile.enabled else 0)
@@ -337,22 +324,13 @@ def _prove(
     )
     if best_c.status == "accepted":
         base_s, best_s = statistics.median(bases), statistics.median([r.step_seconds for r in bests])
-        best_c = _with(best_c, "accepted", "")
-        from dataclasses import replace
-
-        best_c = replace(best_c, speedup=base_s / best_s, step_seconds=best_s)
-    base_c = Candidate(
-        Plan(),
-        "baseline",
-        "baseline",
-        statistics.median(bases) if bases else None,
-        1.0,
-        b1.peak_memory_bytes,
-        1.0,
-        0.0,
-        None,
-        None,
-        "",
-        "as written",
-    )
+        best_c = replace(_with(best_c, "accepted", ""), speedup=base_s / best_s, step_seconds=best_s)
+    base_c = _baseline_candidate(statistics.median(bases) if bases else None, b1.peak_memory_bytes)
     return base_c, best_c, run
+
+
+def _baseline_candidate(step_seconds: float | None, peak_memory_bytes: int | None) -> Candidate:
+    """The script as written, as the report lists it: the reference every ratio is taken against."""
+    return Candidate(plan=Plan(), knob="baseline", status="baseline", step_seconds=step_seconds, speedup=1.0,
+                     peak_memory_bytes=peak_memory_bytes, memory_ratio=1.0, loss_rel_diff=0.0, param_rel_diff=None,
+                     compile_seconds=None, reason="", change="as written")
