@@ -6,7 +6,6 @@ import shutil
 
 import pytest
 import torch
-import torch.distributed as dist
 from typer.testing import CliRunner
 
 from torchsmith.distributed.checkpoint import MARKER, DistCheckpointer, list_steps, load_model_tensors
@@ -74,15 +73,6 @@ def test_checksum_sees_a_one_ulp_change_and_a_swap():
     assert not torch.equal(checksum(bumped), base)
     assert not torch.equal(checksum(swapped), base)
     assert torch.equal(checksum(t.clone()), base)
-
-
-@pytest.fixture
-def one_rank_group(tmp_path):
-    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
 
 
 def _train(step, w, n):

@@ -17,6 +17,7 @@ files it opens for writing (an audit hook), writes ``result.json`` and exits cle
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -244,22 +245,25 @@ class PlanInjection:
             if not inj._in_backward and isinstance(t, torch.Tensor) and t.numel() == 1:
                 inj._loss += float(t.detach())  # a host sync, only while tuning
 
-        def backward(self, *a: Any, **k: Any) -> Any:
-            note(self)
+        @contextlib.contextmanager
+        def inside_backward() -> Any:
+            # A backward called from inside another (e.g. by a hook) is not a new loss.
             inj._in_backward, outer = True, inj._in_backward
             try:
-                return tensor_backward(self, *a, **k)
+                yield
             finally:
                 inj._in_backward = outer
+
+        def backward(self, *a: Any, **k: Any) -> Any:
+            note(self)
+            with inside_backward():
+                return tensor_backward(self, *a, **k)
 
         def autograd(tensors: Any, *a: Any, **k: Any) -> Any:
             for t in tensors if isinstance(tensors, (list, tuple)) else [tensors]:
                 note(t)
-            inj._in_backward, outer = True, inj._in_backward
-            try:
+            with inside_backward():
                 return autograd_backward(tensors, *a, **k)
-            finally:
-                inj._in_backward = outer
 
         torch.Tensor.backward = backward
         torch.autograd.backward = autograd
