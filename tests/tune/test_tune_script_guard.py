@@ -17,9 +17,9 @@ import pytest
 from torchsmith.plan import Plan, Threads
 from torchsmith.tune import TuneError
 from torchsmith.tune.guard import GuardConfig
-from torchsmith.tune.script import ScriptTuneConfig, tune_script
+from torchsmith.tune.script import ScriptTuneConfig, tune_script, unapplied
 from torchsmith.tune.script_guard import baseline_spread, script_guard_rejection
-from torchsmith.tune.script_run import ScriptRunConfig, run_script
+from torchsmith.tune.script_run import ScriptRun, ScriptRunConfig, run_script
 
 SCRIPT = Path(__file__).parent / "scripts" / "plain_loop.py"
 SRC = Path(__file__).parent.parent.parent / "src"
@@ -80,6 +80,25 @@ def test_a_crashing_candidate_is_reported_and_the_search_goes_on():
     assert r.plan == Plan() and r.best.status == "baseline"
 
 
+def test_unapplied_names_why_a_knob_stayed_as_written():
+    assert unapplied("optimizer", {"optimizer": "applied: AdamW(..., fused=True)"}) is None
+    assert unapplied("optimizer", {"optimizer": "as written: the script chose"}) == "as written: the script chose"
+    assert unapplied("backend", {"matmul_precision": "applied: high"}) is None
+    no_model = {"model": "not applied: no module whose parameters this optimizer holds was called"}
+    assert unapplied("compile", no_model) == no_model["model"]
+    assert unapplied("optimizer", no_model).startswith("not applied: the script built nothing the optimizer knob")
+
+
+def test_a_knob_the_script_fixes_itself_is_not_credited_with_noise():
+    # The script passes foreach=True: every optimizer candidate runs the script as written, so
+    # none may be accepted on its (noise) speed, and the other values are not run at all.
+    r = tune_script([sys.executable, str(SCRIPT), "--foreach"],
+                    ScriptTuneConfig(budget_seconds=240, run=RUN, knobs=("optimizer",)))
+    (c,) = r.candidates
+    assert c.status == "n/a" and c.speedup is None and c.reason.startswith("as written: the script chose the AdamW")
+    assert r.plan == Plan()
+
+
 def test_a_hanging_run_is_stopped_at_its_time_limit(tmp_path):
     r = run_script(
         [sys.executable, str(SCRIPT), "--hang-if-threads", "1"],
@@ -131,3 +150,27 @@ def test_run_plan_passes_the_exit_code_through_and_applies_the_plan(tmp_path):
     assert "plain_loop done 12" in out.stdout  # ran to completion, not stopped after a window
     seen = json.loads(observed.read_text())
     assert seen["threads"] == 1 and seen["tune_env"] is None
+
+
+def test_a_win_must_hold_on_a_second_look(monkeypatch):
+    # Step times by plan, one per run (the baseline is always 1 s): for_loop is fast once, then
+    # slow (one lucky process); foreach is no faster; fused is 1.25x both times.
+    looks = {"for_loop": [0.5, 1.2], "foreach": [1.0], "fused": [0.8, 0.8, 0.8]}
+    ran = []
+
+    def fake_run(command, plan, cfg, env=None):
+        impl = plan.optimizer.impl
+        ran.append(impl)
+        seconds = 1.0 if impl == "as_written" else looks[impl].pop(0)
+        applied = {} if impl == "as_written" else {"optimizer": f"applied: AdamW(..., {impl})"}
+        return ScriptRun(plan=plan, step_seconds=seconds, losses=[1.0, 0.9, 0.8], applied=applied,
+                         wall_seconds=0.1, exit_code=0, facts={"device": "cpu"})
+
+    monkeypatch.setattr("torchsmith.tune.script.run_script", fake_run)
+    r = tune_script(["train.py"], ScriptTuneConfig(budget_seconds=60, knobs=("optimizer",)))
+    by_impl = {c.plan.optimizer.impl: c for c in r.candidates}
+    assert by_impl["for_loop"].status == "slower" and by_impl["for_loop"].speedup == pytest.approx(1 / 1.2)
+    assert "measured twice: 2.00x, then 0.83x" in by_impl["for_loop"].reason
+    assert by_impl["foreach"].status == "slower" and ran.count("foreach") == 1  # not a win: one look
+    assert by_impl["fused"].status == "accepted" and "measured twice: 1.25x, then 1.25x" in by_impl["fused"].reason
+    assert r.plan.optimizer.impl == "fused" and r.best.speedup == pytest.approx(1.25)

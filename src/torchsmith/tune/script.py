@@ -5,7 +5,8 @@ Each candidate plan is one run of the script in a fresh process (``script_run``)
 ``B B C1 B C2 B ...``; a candidate's speedup is the mean step time of the two baselines beside it
 over its own. The search is greedy over the knobs, like the workload tuner: each move is tried on
 top of the best plan so far and kept when it passes the guard (``script_guard``), fits the memory
-limit, and beats the best by more than the noise margin. A run that crashes, hangs or changes the
+limit, and beats the best by more than the noise margin on two looks (a winner is run a second
+time, beside another baseline, and the slower look counts). A run that crashes, hangs or changes the
 loss is recorded with its reason and the search goes on. The winner is proved against the
 baseline at the end (B best B, the first B being the last of the search); when it is not faster
 there, the as-written plan is returned.
@@ -143,39 +144,55 @@ def tune_script(
     best_fits = cfg.memory_limit is None or (b1.peak_memory_bytes or 0) <= cfg.memory_limit
     candidates: list[Candidate] = []
     done = 2
+
+    def pair(plan: Plan, knob: str) -> tuple[Candidate, ScriptRun]:
+        """``plan``, then the baseline after it: its speed is over the two baselines beside it."""
+        nonlocal last_base, done
+        limit = timeout + (COMPILE_EXTRA_SECONDS if plan.compile.enabled else 0)
+        c = measure(plan, plan.describe(), limit)
+        after = measure(Plan(), "baseline", timeout)
+        done += 2
+        if after.ok:
+            base_times.append(after.step_seconds)
+        around = [t for t in (last_base.step_seconds, after.step_seconds if after.ok else None) if t]
+        last_base = after if after.ok else last_base
+        return _candidate(c, around, reference, guard, cfg.memory_limit, knob, b1.peak_memory_bytes), c
+
+    def cost(plan: Plan, pairs: int) -> float:
+        """Seconds for ``pairs`` (candidate, baseline) pairs of ``plan`` and the final proof."""
+        return run_cost * 2 * (pairs + 1) + (COMPILE_EXTRA_SECONDS if plan.compile.enabled else 0)
+
     for dim in dims:
         for move in dim.moves():
             plan = best.replace(**move)
             if plan == best:
                 continue
-            # This candidate and the baseline after it, then the proof (best, baseline).
-            need = run_cost * 2 + (COMPILE_EXTRA_SECONDS if plan.compile.enabled else 0) + 2 * run_cost
-            if elapsed() + need > cfg.budget_seconds:
-                skipped.append(
-                    (
-                        dim.name,
-                        f"budget: {plan.describe()} needs ~{need:.0f} s with the proof, "
-                        f"{cfg.budget_seconds - elapsed():.0f} s left",
-                    )
-                )
+            if elapsed() + cost(plan, 1) > cfg.budget_seconds:
+                skipped.append((dim.name, f"budget: {plan.describe()} needs ~{cost(plan, 1):.0f} s with the proof, "
+                                          f"{cfg.budget_seconds - elapsed():.0f} s left"))
                 continue
             progress(done, total, dim.name, best, best_speed)
-            limit = timeout + (COMPILE_EXTRA_SECONDS if plan.compile.enabled else 0)
-            c = measure(plan, plan.describe(), limit)
-            after = measure(Plan(), "baseline", timeout)
-            done += 2
-            if after.ok:
-                base_times.append(after.step_seconds)
-            around = [t for t in (last_base.step_seconds, after.step_seconds if after.ok else None) if t]
-            last_base = after if after.ok else last_base
-            cand = _candidate(c, around, reference, guard, cfg.memory_limit, dim.name, b1.peak_memory_bytes)
-            if cand.status == "accepted" and (not best_fits or (cand.speedup or 0) > best_speed * (1 + NOISE_MARGIN)):
+            cand, c = pair(plan, dim.name)
+            why_not = unapplied(dim.name, c.applied) if c.ok else None
+            if why_not:
+                # The run was the script as written in this knob: its speed is noise, not a gain.
+                candidates.append(replace(cand, status="n/a", speedup=None, reason=why_not))
+                if why_not.startswith("as written"):
+                    break  # the script fixes this knob itself: no other value of it can apply either
+                continue
+            if _wins(cand, best_speed, best_fits) and best_fits and elapsed() + cost(plan, 1) <= cfg.budget_seconds:
+                # Fresh processes of one script differ in step time (8 baseline runs of a 19 ms step:
+                # up to 1.6x apart): a win on one pair of runs is measured again before the walk
+                # builds on it.
+                total += 2
+                cand = _second_look(cand, pair(plan, dim.name)[0])
+            if _wins(cand, best_speed, best_fits):
                 best, best_speed, best_fits = plan, cand.speedup or 1.0, True
             elif cand.status == "accepted":
                 cand = _with(
                     cand,
                     "slower",
-                    f"{cand.speedup:.2f}x does not beat the best so far "
+                    f"{cand.speedup:.2f}x{f' ({cand.reason})' if cand.reason else ''} does not beat the best so far "
                     f"({best_speed:.2f}x) by more than {NOISE_MARGIN:.0%}",
                 )
             candidates.append(cand)
@@ -219,6 +236,24 @@ def tune_script(
     )
 
 
+_APPLIED_KEYS = {"backend": ("matmul_precision", "cudnn_benchmark")}
+"""Knobs the injection reports under other keys of ``ScriptRun.applied`` than their own name."""
+_MODEL_KNOBS = ("precision", "compile", "checkpointing")
+"""Knobs applied to the trained model: not applied when the injection did not find it."""
+
+
+def unapplied(knob: str, applied: dict[str, str]) -> str | None:
+    """Why the injection left ``knob`` as the script wrote it ("as written: ..." / "not applied: ..."),
+    or None when it applied it. A knob it never reported was never reached: the model the optimizer
+    trains was not found (model knobs), or the script built no object the knob acts on."""
+    keys = _APPLIED_KEYS.get(knob, (knob,))
+    said = [applied[k] for k in keys if k in applied]
+    if not said:
+        model = applied.get("model") if knob in _MODEL_KNOBS else None
+        return model or f"not applied: the script built nothing the {knob} knob acts on"
+    return next((s for s in said if not s.startswith("applied")), None)
+
+
 def _guard_for_spread(spread: BaselineSpread, cfg: ScriptTuneConfig) -> tuple[GuardConfig, list[str]]:
     if spread.reproducible:
         return cfg.guard, []
@@ -235,8 +270,6 @@ def _guard_for_spread(spread: BaselineSpread, cfg: ScriptTuneConfig) -> tuple[Gu
             "(generator=torch.Generator().manual_seed(0)), then tune again."
         )
     widened = cfg.guard.loss_rtol + spread.max_rel_diff
-    from dataclasses import replace
-
     return replace(cfg.guard, loss_rtol=widened), [
         f"{what}. The loss guard is widened by that spread: {cfg.guard.loss_rtol:.2%} -> {widened:.2%}."
     ]
@@ -283,9 +316,22 @@ def _candidate(
     )
 
 
-def _with(c: Candidate, status: Status, reason: str) -> Candidate:
-    from dataclasses import replace
+def _wins(cand: Candidate, best_speed: float, best_fits: bool) -> bool:
+    """Accepted and faster than the best by more than the noise margin; while no plan fits the
+    memory limit, any accepted plan (it fits: a plan over the limit is rejected)."""
+    return cand.status == "accepted" and (not best_fits or (cand.speedup or 0) > best_speed * (1 + NOISE_MARGIN))
 
+
+def _second_look(first: Candidate, again: Candidate) -> Candidate:
+    """A winning candidate measured twice: a second run that fails or changes the loss decides;
+    else the slower look counts (a win must hold on both), and the reason shows both."""
+    if again.status != "accepted" or not (first.speedup and again.speedup):
+        return again
+    slower = first if first.speedup <= again.speedup else again
+    return replace(slower, reason=f"measured twice: {first.speedup:.2f}x, then {again.speedup:.2f}x")
+
+
+def _with(c: Candidate, status: Status, reason: str) -> Candidate:
     return replace(c, status=status, reason=reason)
 
 

@@ -22,6 +22,7 @@ p.add_argument("--crash-if-threads", type=int, default=None)
 p.add_argument("--hang-if-threads", type=int, default=None)
 p.add_argument("--loss-scale-if-threads", type=int, default=None)
 p.add_argument("--unseeded-noise", action="store_true")
+p.add_argument("--foreach", action="store_true", help="the script chooses its optimizer implementation")
 p.add_argument("--write", default=None, help="a file the script writes each run (a side effect)")
 args = p.parse_args()
 
@@ -56,7 +57,7 @@ g = torch.Generator().manual_seed(0)
 data = TensorDataset(torch.randn(512, 32, generator=g), torch.randint(0, 4, (512,), generator=g))
 loader = DataLoader(data, batch_size=16, shuffle=True)
 model = Net()
-opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=True if args.foreach else None)
 step = 0
 
 
