@@ -81,6 +81,19 @@ def test_framework_autocast_is_reported_as_written_not_wrapped_twice(tmp_path):
     assert r.applied["precision"].startswith("as written"), r.applied
 
 
+def test_knobs_reach_an_accelerate_loop():
+    # accelerator.prepare() rebuilds the DataLoader as its own subclass and wraps the optimizer;
+    # the script passes SGD(foreach=True) and trains a Sequential of mixed layers (no blocks).
+    script = Path(__file__).parent.parent / "realworld" / "scripts" / "accelerate_loop.py"
+    r = run_script([sys.executable, str(script), "--steps", "40"], ALL.replace(compile=Compile()), SHORT)
+    assert r.ok, r.error
+    for knob in ("threads", "loader", "precision", "matmul_precision"):
+        assert r.applied[knob].startswith("applied"), (knob, r.applied)
+    assert r.applied["optimizer"] == "as written: the script chose the SGD implementation"
+    assert r.applied["checkpointing"].startswith("not applied: activation checkpointing needs the model's repeated")
+    assert r.facts["model"] == "Sequential" and all(ld["num_workers"] == 1 for ld in r.facts["loaders"])
+
+
 def test_script_that_chose_its_optimizer_implementation_keeps_it(tmp_path):
     r, seen = _run("hf_trainer.py", Plan(optimizer=OptimizerImpl(impl="foreach")), tmp_path,
                    "--optim", "adamw_torch_fused", "--out", str(tmp_path / "hf"))
