@@ -104,3 +104,21 @@ def test_tune_budget_too_small_states_one_minimum():
     assert code == 2 and "Traceback" not in err
     need = re.search(r"need about (\d+) s in all", text)
     assert need and f"pass --budget {need.group(1)}s or more" in text, text
+
+
+@pytest.mark.parametrize("command", ["tune", "doctor"])
+def test_a_python_without_torch_first_on_path_is_named(tmp_path, monkeypatch, command):
+    # A real interpreter without torch (a bare venv), first on PATH: what a user gets from a
+    # venv-installed torchsmith without activating the venv.
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bare' / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    script = tmp_path / "train.py"
+    script.write_text("import torch\n")
+    extra = ["--budget", "1m"] if command == "tune" else []
+    code, _, err = cli(command, *extra, "--", "python", script)
+    msg = one_line_error(err)
+    assert code != 0 and "which cannot import torch; torchsmith runs in" in msg
+    assert f"Tip: name that interpreter: -- {sys.executable} {script}" in msg

@@ -28,6 +28,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from torchsmith.interpreter import other_interpreter_tip
 from torchsmith.plan import Plan
 from torchsmith.profile.analysis import TraceAnalysis, analyse_trace
 from torchsmith.profile.capture import MAX_ACTIVE_STEPS, CaptureConfig, Facts, StepCapture
@@ -120,11 +121,12 @@ def doctor_script(command: list[str], cfg: CaptureConfig | None = None, *,
         facts_path = Path(tmp) / "facts.json"
         shown = " ".join(command)
         if not facts_path.exists():
-            err = DoctorError(
-                f"`{shown}` exited with code {code} and never called torch.optim.Optimizer.step(), so there "
-                "were no training steps to profile.\n"
+            tip = (other_interpreter_tip(command) if code else None) or (
                 "Tip: doctor finds steps through Optimizer.step; a script that updates parameters by hand or "
                 "only runs inference has none. Describe it as a workload: torchsmith doctor mymod:workload")
+            err = DoctorError(
+                f"`{shown}` exited with code {code} and never called torch.optim.Optimizer.step(), so there "
+                f"were no training steps to profile.\n{tip}")
             err.exit_code = code
             raise err
         facts = Facts.from_json(facts_path.read_text())

@@ -28,6 +28,7 @@ from typing import Literal
 
 import torch
 
+from torchsmith.interpreter import other_interpreter_tip
 from torchsmith.plan import Plan
 from torchsmith.tune import TuneError, TuneProgress
 from torchsmith.tune.guard import GuardConfig
@@ -112,7 +113,8 @@ def tune_script(
     progress(0, 3, "baseline", Plan(), 1.0)
     b1 = measure(Plan(), "baseline", cfg.run.timeout_s)
     if not b1.ok:
-        raise TuneError(f"`{shown}` as written: {b1.error}.\nTip: check it runs on its own: {shown}")
+        tip = other_interpreter_tip(list(command)) or f"Tip: check it runs on its own: {shown}"
+        raise TuneError(f"`{shown}` as written: {b1.error}.\n{tip}")
     run_cost = b1.wall_seconds
     timeout = max(60.0, cfg.timeout_factor * run_cost)
     b2 = measure(Plan(), "baseline", timeout)
