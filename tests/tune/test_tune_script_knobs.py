@@ -94,6 +94,13 @@ def test_knobs_reach_an_accelerate_loop():
     assert r.facts["model"] == "Sequential" and all(ld["num_workers"] == 1 for ld in r.facts["loaders"])
 
 
+def test_an_optimizer_without_foreach_or_fused_is_named():
+    script = Path(__file__).parent.parent / "realworld" / "scripts" / "lbfgs.py"
+    r = run_script([sys.executable, str(script), "--steps", "10"], Plan(optimizer=OptimizerImpl(impl="fused")), SHORT)
+    assert r.ok, r.error
+    assert r.applied["optimizer"] == "not applied: LBFGS is not a torch.optim optimizer that takes foreach= or fused="
+
+
 def test_script_that_chose_its_optimizer_implementation_keeps_it(tmp_path):
     r, seen = _run("hf_trainer.py", Plan(optimizer=OptimizerImpl(impl="foreach")), tmp_path,
                    "--optim", "adamw_torch_fused", "--out", str(tmp_path / "hf"))

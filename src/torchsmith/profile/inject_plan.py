@@ -198,6 +198,9 @@ class PlanInjection:
         self._forward_hooks = []
         model = self._trained_model(optimizer)
         self.facts.optimizer = _optimizer_facts(optimizer)
+        if self.plan.optimizer.impl != "as_written" and "optimizer" not in self.facts.applied:
+            self.facts.applied["optimizer"] = (f"not applied: {type(optimizer).__name__} is not a torch.optim "
+                                               "optimizer that takes foreach= or fused=")
         if model is None:
             if self._needs_model():
                 self.facts.applied["model"] = (

@@ -179,9 +179,9 @@ def tune_script(
             if why_not:
                 # The run was the script as written in this knob: its speed is noise, not a gain.
                 candidates.append(replace(cand, status="n/a", speedup=None, reason=why_not))
-                if why_not.startswith("as written"):
-                    break  # the script fixes this knob itself: no other value of it can apply either
-                continue
+                if "refused" in why_not:
+                    continue  # this value only (fused on a dtype it does not support): try the next
+                break  # the script fixes the knob itself, or has nothing it acts on: no value applies
             if _wins(cand, best_speed, best_fits) and best_fits and elapsed() + cost(plan, 1) <= cfg.budget_seconds:
                 # Fresh processes of one script differ in step time (8 baseline runs of a 19 ms step:
                 # up to 1.6x apart): a win on one pair of runs is measured again before the walk
