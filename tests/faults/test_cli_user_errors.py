@@ -77,6 +77,11 @@ def test_rich_markup_is_never_printed_raw(tmp_path):
     assert "[/]" not in err and "nope[red].json" in err  # a bracket in a user path is shown, not parsed
 
 
+def test_help_shows_the_extra_in_brackets():
+    code, out, _ = cli("tune", "--help")
+    assert code == 0 and "torchsmith[hf]" in out  # rich would read a bare [hf] as a style tag
+
+
 def test_launch_nnodes_abc_blames_nnodes():
     code, _, err = cli("launch", "--nnodes", "abc", "--dry-run", "--", "run", "mlp")
     assert code == 2 and one_line_error(err).startswith("error: --nnodes 'abc' is not a node count")

@@ -20,7 +20,7 @@ USER_ERRORS: tuple[type[Exception], ...] = (PlanError, WorkloadError, TransformE
                                             NonFiniteError, OOMError, DistCheckpointError)
 """Errors whose message is the diagnosis: shown without a traceback."""
 
-WORKLOAD_HELP = ("Built-in name (gpt-mini, cnn-mini, mlp; hf-gpt2, hf-llama, hf-vit, hf-resnet with torchsmith[hf]), "
+WORKLOAD_HELP = ("Built-in name (gpt-mini, cnn-mini, mlp; hf-gpt2, hf-llama, hf-vit, hf-resnet with torchsmith\\[hf]), "
                  "package.module:function or path/to/file.py:function.")
 
 
