@@ -67,4 +67,5 @@ def render_run(result: RunResult, console: Console) -> None:
         table.add_row(name, value)
     console.print(table)
     if result.checkpoints:
-        console.print(f"checkpoints: {len(result.checkpoints)}, newest {result.checkpoints[-1]}", style="dim")
+        console.print(f"checkpoints written by this run: {len(result.checkpoints)}, newest {result.checkpoints[-1]}",
+                      style="dim")
