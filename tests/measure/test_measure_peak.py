@@ -15,7 +15,7 @@ def cache_dir(tmp_path, monkeypatch):
 
     monkeypatch.setenv("TORCHSMITH_CACHE_DIR", str(tmp_path))
     # A quiet machine, whatever the real load: the re-measure policy is tested apart.
-    monkeypatch.setattr(peak_mod, "_load_per_core", lambda: 0.5)
+    monkeypatch.setattr(peak_mod, "load_per_core", lambda: 0.5)
     return tmp_path
 
 
@@ -75,9 +75,9 @@ def test_contended_figure_is_remeasured_when_quiet(cache_dir, monkeypatch):
 
     machine_peak_flops("cpu")
     _plant(1.0, load=4.0)  # as if measured on oversubscribed cores
-    monkeypatch.setattr(peak_mod, "_load_per_core", lambda: 4.0)
+    monkeypatch.setattr(peak_mod, "load_per_core", lambda: 4.0)
     assert machine_peak_flops("cpu").cached  # still busy: no point measuring again
-    monkeypatch.setattr(peak_mod, "_load_per_core", lambda: 0.2)
+    monkeypatch.setattr(peak_mod, "load_per_core", lambda: 0.2)
     again = machine_peak_flops("cpu")
     assert not again.cached and again.flops_per_s > 1.0
 
@@ -91,7 +91,7 @@ def test_refresh_keeps_the_higher_figure(cache_dir):
 def test_a_figure_measured_under_load_is_not_cached(cache_dir, monkeypatch):
     import torchsmith.measure.peak as peak_mod
 
-    monkeypatch.setattr(peak_mod, "_load_per_core", lambda: 3.0)  # 3 runnable threads per core
+    monkeypatch.setattr(peak_mod, "load_per_core", lambda: 3.0)  # 3 runnable threads per core
     first = machine_peak_flops("cpu")
     assert not first.cached and first.load_per_core == 3.0
     assert not cache_path().exists()  # used for this call, never kept

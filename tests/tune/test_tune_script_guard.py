@@ -152,10 +152,9 @@ def test_run_plan_passes_the_exit_code_through_and_applies_the_plan(tmp_path):
     assert seen["threads"] == 1 and seen["tune_env"] is None
 
 
-def test_a_win_must_hold_on_a_second_look(monkeypatch):
-    # Step times by plan, one per run (the baseline is always 1 s): for_loop is fast once, then
-    # slow (one lucky process); foreach is no faster; fused is 1.25x both times.
-    looks = {"for_loop": [0.5, 1.2], "foreach": [1.0], "fused": [0.8, 0.8, 0.8]}
+def _stub_runs(monkeypatch, looks):
+    """run_script replaced: each optimizer plan's step time is the next of ``looks[impl]`` (the
+    baseline's is always 1 s); returns the list of impls run, in order."""
     ran = []
 
     def fake_run(command, plan, cfg, env=None):
@@ -167,6 +166,12 @@ def test_a_win_must_hold_on_a_second_look(monkeypatch):
                          wall_seconds=0.1, exit_code=0, facts={"device": "cpu"})
 
     monkeypatch.setattr("torchsmith.tune.script.run_script", fake_run)
+    return ran
+
+
+def test_a_win_must_hold_on_a_second_look(monkeypatch):
+    # for_loop is fast once, then slow (one lucky process); foreach is no faster; fused is 1.25x both times.
+    ran = _stub_runs(monkeypatch, {"for_loop": [0.5, 1.2], "foreach": [1.0], "fused": [0.8, 0.8, 0.8]})
     r = tune_script(["train.py"], ScriptTuneConfig(budget_seconds=60, knobs=("optimizer",)))
     by_impl = {c.plan.optimizer.impl: c for c in r.candidates}
     assert by_impl["for_loop"].status == "slower" and by_impl["for_loop"].speedup == pytest.approx(1 / 1.2)
@@ -174,3 +179,13 @@ def test_a_win_must_hold_on_a_second_look(monkeypatch):
     assert by_impl["foreach"].status == "slower" and ran.count("foreach") == 1  # not a win: one look
     assert by_impl["fused"].status == "accepted" and "measured twice: 1.25x, then 1.25x" in by_impl["fused"].reason
     assert r.plan.optimizer.impl == "fused" and r.best.speedup == pytest.approx(1.25)
+
+
+@pytest.mark.parametrize("per_core, busy", [(4.0, True), (0.3, False)])
+def test_a_busy_machine_is_named_in_the_notes(monkeypatch, per_core, busy):
+    _stub_runs(monkeypatch, {"for_loop": [1.0], "foreach": [1.0], "fused": [1.0]})
+    monkeypatch.setattr("torchsmith.tune.script.load_per_core", lambda: per_core)
+    r = tune_script(["train.py"], ScriptTuneConfig(budget_seconds=60, knobs=("optimizer",)))
+    said = [n for n in r.notes if n.startswith("the machine was busy when tune started")]
+    assert bool(said) == busy
+    assert not said or "load average 4.0 per core" in said[0]

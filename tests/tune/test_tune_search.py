@@ -38,6 +38,18 @@ def test_picks_bf16_when_it_measures_faster():
     assert result.speedup == pytest.approx(2.0)
 
 
+def test_a_busy_machine_is_named_first_in_the_notes(monkeypatch):
+    import importlib
+
+    search_mod = importlib.import_module("torchsmith.tune.search")  # the attribute is the function
+    monkeypatch.setattr(search_mod, "load_per_core", lambda: 3.5)
+    result = tune("mlp", budget="10m", knobs=["optimizer"], clock=stub_clock(lambda p: 1.0))
+    assert result.notes[0].startswith("the machine was busy when tune started (1-minute load average 3.5 per core)")
+    monkeypatch.setattr(search_mod, "load_per_core", lambda: 0.4)
+    result = tune("mlp", budget="10m", knobs=["optimizer"], clock=stub_clock(lambda p: 1.0))
+    assert not any("machine was busy" in n for n in result.notes)
+
+
 def test_candidates_inside_the_noise_margin_do_not_win():
     result = tune("mlp", budget="10m", knobs=["optimizer"], clock=stub_clock(lambda p: 0.99 if p != Plan() else 1.0))
     assert result.plan == Plan()
@@ -179,7 +191,7 @@ def test_mfu_of_baseline_and_tuned_plan_against_the_peak_of_their_matmul_dtype(t
     # A quiet machine, whatever the real load: a peak measured under load is not cached, and the
     # figures below must be the ones tune used.
     monkeypatch.setenv("TORCHSMITH_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(peak_mod, "_load_per_core", lambda: 0.5)
+    monkeypatch.setattr(peak_mod, "load_per_core", lambda: 0.5)
     from torchsmith.harness.run_metrics import flops_per_step, matmul_dtype
     from torchsmith.plan import BF16Params
 

@@ -33,6 +33,7 @@ import torch
 
 from torchsmith.atomic import atomic_write_text
 from torchsmith.measure.fingerprint import machine_fingerprint
+from torchsmith.measure.load import load_per_core, under_load
 
 logger = logging.getLogger(__name__)
 
@@ -124,28 +125,10 @@ def _from_cache(entry: object) -> PeakFlops | None:
         return None  # written by another torchsmith version: measure again
 
 
-def _load_per_core() -> float | None:
-    try:
-        load = os.getloadavg()[0]  # runnable threads, 1-minute average
-    except (AttributeError, OSError):  # Windows has no load average
-        return None
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
-    return load / cores
-
-
-def _under_load(load: float | None) -> bool:
-    # More runnable threads than cores: on 2 cores at load 8 we measured fp32 matmul 150x
-    # below the quiet figure.
-    return load is not None and load > 1.0
-
-
 def _worth_remeasuring(cached: PeakFlops, load_now: float | None) -> bool:
     """A figure measured on oversubscribed cores (caches written before they stopped being
     stored), when the cores are free now."""
-    return _under_load(cached.load_per_core) and not _under_load(load_now)
+    return under_load(cached.load_per_core) and not under_load(load_now)
 
 
 def _sync(device: torch.device) -> None:
@@ -241,7 +224,7 @@ def machine_peak_flops(
     path = cache_path()
     cache = _read_cache(path)
     previous = _from_cache(cache.get(key))
-    load_now = _load_per_core() if dev.type == "cpu" else None
+    load_now = load_per_core() if dev.type == "cpu" else None
     if previous is not None and not refresh and not _worth_remeasuring(previous, load_now):
         return previous
     rate, size = _measure(dev, dtype, _BUDGET_S[dev.type])
@@ -259,7 +242,7 @@ def machine_peak_flops(
         # A peak is a maximum: a slower re-measurement means a busier machine, not a
         # slower one, so the higher figure stands.
         result = replace(previous, cached=False)
-    elif _under_load(load_now):
+    elif under_load(load_now):
         # Measured on oversubscribed cores: good for this call (it is all there is), too low to keep.
         return result
     stored = asdict(result)

@@ -8,7 +8,6 @@ Example::
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -16,6 +15,7 @@ from typing import Any
 
 from torchsmith.harness.compare import PlanMeasurement
 from torchsmith.measure.fingerprint import MachineFingerprint, machine_fingerprint
+from torchsmith.measure.load import load_average
 from torchsmith.tips.candidates import Candidate, TipRow, candidates, measure_candidates
 from torchsmith.tips.folklore import CHECKS, FolkloreResult, run_folklore
 from torchsmith.workload import Workload
@@ -47,11 +47,11 @@ def run_tips(workload: Workload, *, steps: int = 6, warmup: int = 2, device: Any
     from torchsmith.engine.loop import resolve_device
 
     device = resolve_device(device)
-    load_before = _load()
+    load_before = load_average()
     baseline, rows = measure_candidates(workload, steps=steps, warmup=warmup, device=device, only=only,
                                         on_step=on_step)
     checks = run_folklore(device, on_check) if folklore else []
-    load_after = _load()
+    load_after = load_average()
     return TipsReport(workload=workload.name, device=str(device), machine=machine_fingerprint(), steps=steps,
                       warmup=warmup, baseline=baseline, rows=rows, folklore=checks,
                       load_average=((load_before, load_after)
@@ -59,8 +59,3 @@ def run_tips(workload: Workload, *, steps: int = 6, warmup: int = 2, device: Any
                       finished_utc=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))
 
 
-def _load() -> float | None:
-    try:
-        return os.getloadavg()[0]
-    except (AttributeError, OSError):  # not on Windows
-        return None

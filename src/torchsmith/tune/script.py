@@ -29,6 +29,7 @@ from typing import Literal
 import torch
 
 from torchsmith.interpreter import other_interpreter_tip
+from torchsmith.measure.load import busy_note, load_per_core
 from torchsmith.plan import Plan
 from torchsmith.tune import TuneError, TuneProgress
 from torchsmith.tune.guard import GuardConfig
@@ -110,6 +111,7 @@ def tune_script(
         if on_progress:
             on_progress(TuneProgress(done, total, knob, best.describe(), speed, elapsed(), cfg.budget_seconds))
 
+    busy = busy_note(load_per_core())  # before the first run adds its own load
     progress(0, 3, "baseline", Plan(), 1.0)
     b1 = measure(Plan(), "baseline", cfg.run.timeout_s)
     if not b1.ok:
@@ -126,6 +128,8 @@ def tune_script(
     spread = baseline_spread(b1.losses, b2.losses)
     guard, notes = _guard_for_spread(spread, cfg)
     dev = torch.device("cuda" if b1.facts.get("device", "cpu").startswith("cuda") else "cpu")
+    if busy and dev.type == "cpu":
+        notes.insert(0, busy)
     dims = script_space(device_info(dev), uses_loader=bool(b1.facts.get("loaders")))
     skipped: list[tuple[str, str]] = []
     if cfg.knobs is not None:

@@ -37,6 +37,7 @@ import torch
 from torchsmith.engine.loop import build_step, resolve_device
 from torchsmith.harness.compare import PlanMeasurement, StepTimer, measure_plans, refusal, wall_clock
 from torchsmith.measure.fingerprint import machine_fingerprint
+from torchsmith.measure.load import busy_note, load_per_core
 from torchsmith.plan import Plan
 from torchsmith.text import format_bytes
 from torchsmith.tune.choose import (
@@ -90,6 +91,7 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
     """
     start = time.perf_counter()
     dev = resolve_device(device)
+    busy = busy_note(load_per_core()) if dev.type == "cpu" else None  # read before our own load adds to it
     _check_workload_runs(workload, dev)
     not_applicable: list[Candidate] = []
     dims = _applicable(workload, _dimensions(dev, knobs), dev, not_applicable)
@@ -102,7 +104,10 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
         run.walk(dim)
     run.second_look(dims)
     proof = run.prove()
-    return run.result(proof, not_applicable)
+    result = run.result(proof, not_applicable)
+    if busy:
+        result.notes.insert(0, busy)
+    return result
 
 
 @dataclass(frozen=True)
