@@ -130,8 +130,12 @@ class NaNSentinel:
         rng = rng_state()
         out = fn()
         found = self.check(out if isinstance(out, torch.Tensor) else None)
-        if found is None:
-            return None
+        return None if found is None else self.refine(found, fn, rng)
+
+    def refine(self, found: Finding, fn: Callable[[], Any], rng: dict[str, Any]) -> Finding:
+        """The op-level Finding for a step :meth:`check` flagged: ``fn`` (that step's forward +
+        backward) replayed from ``rng``, the RNG state the step started with. Gradients, buffers
+        and RNG are put back after; when the replay stays finite, ``found`` with reproduced=False."""
         self._pause()
         try:
             exact = replay(self.model, fn, rng)

@@ -1,5 +1,9 @@
 """Lightning ``Callback``: the NaN sentinel, the gradient monitor and a doctor window in one line.
 
+A non-finite step is replayed op by op (its batch and starting RNG state are kept each step) to
+name the op, as ``torchsmith debug nan`` does, where one batch makes one optimizer step through
+``training_step``; with gradient accumulation or manual optimization the finding names the module.
+
 Example::
 
     from torchsmith.integrations import TorchsmithCallback
@@ -10,7 +14,11 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
+
+import torch
 
 try:
     import lightning.pytorch as pl
@@ -20,6 +28,7 @@ except ImportError as err:  # the optional extra is missing
 
 from torchsmith.integrations.render import show
 from torchsmith.integrations.watch import Watch, WatchConfig, WatchReport
+from torchsmith.seeding import rng_state
 
 
 class TorchsmithCallback(pl.Callback):
@@ -35,6 +44,7 @@ class TorchsmithCallback(pl.Callback):
         self.cfg = cfg or WatchConfig(**cfg_fields)
         self.show, self.report_dir = show, report_dir
         self.watch: Watch | None = None
+        self._step_start: tuple[Any, int, dict[str, Any]] | None = None
 
     @property
     def report(self) -> WatchReport | None:
@@ -44,9 +54,20 @@ class TorchsmithCallback(pl.Callback):
         self.watch = Watch(self.cfg, target=f"Lightning {type(pl_module).__name__}")
         self.watch.start(pl_module, trainer.optimizers[0] if trainer.optimizers else None)
 
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        # What a replay of this step needs: its batch and the RNG state it starts from. Only where
+        # one batch makes one optimizer step through training_step (no accumulation, no manual
+        # optimization, which steps inside training_step).
+        if (self.cfg.nonfinite is not None and pl_module.automatic_optimization
+                and trainer.accumulate_grad_batches == 1):
+            self._step_start = (batch, batch_idx, rng_state())
+
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: Any) -> None:
         assert self.watch is not None  # Lightning calls on_train_start first
-        self.watch.before_optimizer_step()
+        start, self._step_start = self._step_start, None
+        replay = (_replay_training_step(trainer, pl_module, *start[:2]), start[2]) if start else None
+        self.watch.before_optimizer_step(replay=replay)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         assert self.watch is not None  # Lightning calls on_train_start first
@@ -57,3 +78,32 @@ class TorchsmithCallback(pl.Callback):
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         if self.watch is not None:
             self.watch.end()  # never leave the global optimizer hooks behind
+
+
+def _replay_training_step(trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
+                          batch_idx: int) -> Callable[[], None]:
+    """The step's forward and backward as Lightning ran them (its precision context included),
+    with ``self.log`` silenced: a replay must not log the step twice."""
+
+    def step() -> None:
+        with trainer.precision_plugin.train_step_context(), _logging_silenced(pl_module):
+            out = pl_module.training_step(batch, batch_idx)
+        loss = out["loss"] if isinstance(out, Mapping) else out
+        if isinstance(loss, torch.Tensor):  # None: the module skipped this batch
+            loss.backward()
+
+    return step
+
+
+@contextmanager
+def _logging_silenced(pl_module: pl.LightningModule) -> Iterator[None]:
+    def ignore(*args: Any, **kwargs: Any) -> None:
+        pass
+
+    # Instance attributes shadow the methods until they are deleted below.
+    pl_module.log = ignore  # type: ignore[method-assign]
+    pl_module.log_dict = ignore  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        del pl_module.log, pl_module.log_dict

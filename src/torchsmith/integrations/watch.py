@@ -21,8 +21,9 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -98,8 +99,12 @@ class Watch:
             self._capture = StepCapture(self.cfg.capture, self._tmp)
             self._capture.install()
 
-    def before_optimizer_step(self, loss: torch.Tensor | None = None) -> bool:
-        """Gradients are ready. Returns False when the step was made a no-op (skip_step)."""
+    def before_optimizer_step(self, loss: torch.Tensor | None = None,
+                              replay: tuple[Callable[[], Any], dict[str, Any]] | None = None) -> bool:
+        """Gradients are ready. Returns False when the step was made a no-op (skip_step).
+
+        ``replay``: (the step's forward + backward, the RNG state it started with), when the
+        adapter can re-run it; a non-finite step is then replayed op by op to name the op."""
         if self._monitor is not None:
             self._monitor.record()
         if self._sentinel is None:
@@ -107,12 +112,14 @@ class Watch:
         found = self._sentinel.check(loss)  # the one sync of this step
         if found is None:
             return True
+        if replay is not None:
+            found = self._sentinel.refine(found, *replay)
         self.findings.append(found)
         if self.cfg.nonfinite == "raise":
             self.report = self.end()  # the run stops here: keep what was found, remove every hook
-            raise NonFiniteError(f"{found.describe()}.\nTip: `torchsmith debug nan` re-runs a step op by op to "
-                                 "name the op; for an overflow lower the learning rate or clip gradients; "
-                                 "nonfinite='skip_step' skips such steps instead.")
+            locate = "" if found.op else "`torchsmith debug nan` re-runs a step op by op to name the op; "
+            raise NonFiniteError(f"{found.describe()}.\nTip: {locate}for an overflow lower the learning rate or "
+                                 "clip gradients; nonfinite='skip_step' skips such steps instead.")
         if self.cfg.nonfinite == "skip_step":
             assert self._model is not None  # start() set it, with the sentinel
             for p in self._model.parameters():
