@@ -52,32 +52,41 @@ def derive_seed(*parts: int) -> int:
     return h >> 1
 
 
-def rng_state() -> dict[str, Any]:
-    """Every RNG a training step may draw from, as tensors and plain types (weights_only-safe).
+def torch_rng_state() -> dict[str, Any]:
+    """torch's own generators: what a model's forward draws from (dropout, ``randn``). A
+    microsecond on CPU (``benchmarks/rng_snapshot.py``), cheap enough to take every step.
 
     CUDA generators are included only once CUDA is initialised: reading them would
     otherwise initialise CUDA (seconds, and memory on every device) for nothing.
     """
-    np_state = np.random.get_state(legacy=True)  # the default; numpy's stub types only legacy=False
-    assert isinstance(np_state, tuple)  # the global RandomState is an MT19937: its legacy state is a tuple
-    state: dict[str, Any] = {
-        "torch": torch.get_rng_state(),
-        "python": _to_lists(random.getstate()),
-        "numpy": {"key": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2]),
-                  "has_gauss": int(np_state[3]), "cached_gaussian": float(np_state[4])},
-    }
+    state: dict[str, Any] = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
+def rng_state() -> dict[str, Any]:
+    """Every RNG a training step may draw from (torch, Python's ``random``, numpy's global), as
+    tensors and plain types (weights_only-safe): for checkpoints and replays of a whole step."""
+    np_state = np.random.get_state(legacy=True)  # the default; numpy's stub types only legacy=False
+    assert isinstance(np_state, tuple)  # the global RandomState is an MT19937: its legacy state is a tuple
+    return {
+        **torch_rng_state(),
+        "python": _to_lists(random.getstate()),
+        "numpy": {"key": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2]),
+                  "has_gauss": int(np_state[3]), "cached_gaussian": float(np_state[4])},
+    }
+
+
 def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore what :func:`rng_state` captured."""
+    """Restore what :func:`rng_state` or :func:`torch_rng_state` captured."""
     torch.set_rng_state(state["torch"])
-    random.setstate(_to_tuples(state["python"]))
-    np_state = state["numpy"]
-    np.random.set_state(("MT19937", np_state["key"].numpy().astype(np.uint32), np_state["pos"],
-                         np_state["has_gauss"], np_state["cached_gaussian"]))
+    if "python" in state:
+        random.setstate(_to_tuples(state["python"]))
+    if "numpy" in state:
+        np_state = state["numpy"]
+        np.random.set_state(("MT19937", np_state["key"].numpy().astype(np.uint32), np_state["pos"],
+                             np_state["has_gauss"], np_state["cached_gaussian"]))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 

@@ -45,8 +45,8 @@ class WatchConfig:
     """Plan.nonfinite policy on a step with a NaN/Inf in a module output, the loss or the gradients:
     raise (NonFiniteError naming the module), skip_step (the optimizer step is skipped: every
     gradient is set to None, so no parameter or optimizer state moves), warn (log and step on).
-    None: no sentinel. One host-device sync per step; in Lightning also a copy of the RNG state
-    (torch, Python, numpy: 0.14 ms on the 2-core dev VM) for the op-level replay of a bad step."""
+    None: no sentinel. One host-device sync per step; in Lightning also a copy of torch's RNG state
+    (about 1 us on CPU, ``benchmarks/rng_snapshot.py``) for the op-level replay of a bad step."""
     grad_monitor: bool = True
     """Per-layer gradient norms before each optimizer step (one device-to-host copy per step)."""
     grad_every: int = 1

@@ -187,9 +187,9 @@ def tune_script(
                     continue  # this value only (fused on a dtype it does not support): try the next
                 break  # the script fixes the knob itself, or has nothing it acts on: no value applies
             if _wins(cand, best_speed, best_fits) and best_fits and elapsed() + cost(plan, 1) <= cfg.budget_seconds:
-                # Fresh processes of one script differ in step time (8 baseline runs of a 19 ms step:
-                # up to 1.6x apart): a win on one pair of runs is measured again before the walk
-                # builds on it.
+                # Fresh processes of one script differ in step time (benchmarks/script_run_noise.py:
+                # up to 1.2x apart over 10-step windows): a win on one pair of runs is measured
+                # again before the walk builds on it.
                 total += 2
                 cand = _second_look(cand, pair(plan, dim.name)[0])
             if _wins(cand, best_speed, best_fits):
