@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from torchsmith.plan import Plan
-from torchsmith.tune.script_run import ScriptRunConfig, run_script
+from torchsmith.tuner.script_run import ScriptRunConfig, run_script
 
 DEFAULT = [sys.executable, str(Path(__file__).resolve().parent.parent / "tests" / "realworld" / "scripts"
                                / "accelerate_loop.py"), "--steps", "400"]

@@ -26,10 +26,10 @@ import torch
 
 import torchsmith
 from torchsmith.engine.loop import resolve_device
+from torchsmith.engine.space import device_info, search_space
 from torchsmith.harness.compare import measure_plans, refusal
 from torchsmith.plan import Plan
-from torchsmith.tune.guard import GuardConfig, guard_rejection
-from torchsmith.tune.space import device_info, search_space
+from torchsmith.tuner.guard import GuardConfig, guard_rejection
 
 CHUNK = 12
 """Grid plans measured interleaved at once, beside the baseline (each holds a model and optimizer)."""

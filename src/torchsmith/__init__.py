@@ -8,7 +8,7 @@ Public API (imported lazily, so ``import torchsmith`` stays fast)::
     torchsmith.run(workload, plan, steps=...)       # the engine: progress, checkpoints, resume
     with torchsmith.inference(model): ...          # evaluation: inference_mode + eval(), modes restored
     torchsmith.tune(workload, budget="5m")         # the main job: a TuneResult
-    torchsmith.write_report(result, "report.html")  # its self-contained HTML report
+    torchsmith.write_tune_report(result, "report.html")  # its self-contained HTML report
 """
 
 from __future__ import annotations
@@ -28,10 +28,11 @@ _EXPORTS = {
     "GradMonitor": "torchsmith.debug.grad_monitor",
     "NaNSentinel": "torchsmith.debug.nan_sentinel",
     "inference": "torchsmith.transforms.inference",
-    "write_report": "torchsmith.report.tune_html",
+    "write_tune_report": "torchsmith.report.tune_html",
+    "tune": "torchsmith.tuner",
 }
 
-__all__ = sorted([*_EXPORTS, "tune"])
+__all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
     from torchsmith.debug.grad_monitor import GradMonitor
@@ -40,15 +41,13 @@ if TYPE_CHECKING:
     from torchsmith.engine.loop import run
     from torchsmith.engine.step import prepare
     from torchsmith.plan import Plan
-    from torchsmith.report.tune_html import write_report
+    from torchsmith.report.tune_html import write_tune_report
     from torchsmith.transforms.inference import inference
-    from torchsmith.tune import tune
+    from torchsmith.tuner import tune
     from torchsmith.workload import Workload, load_workload
 
 
 def __getattr__(name: str) -> Any:
-    if name == "tune":  # the package torchsmith.tune is callable: torchsmith.tune(workload, ...)
-        return importlib.import_module("torchsmith.tune")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'torchsmith' has no attribute {name!r}")

@@ -27,7 +27,7 @@ def _restore_logging():
 
 
 def _emit(capsys):
-    logging.getLogger("torchsmith.tune.search").info("an info line")
+    logging.getLogger("torchsmith.tuner.search").info("an info line")
     logging.getLogger("torchsmith.measure.peak").warning("a warning line")
     with warnings.catch_warnings():
         warnings.simplefilter("always")

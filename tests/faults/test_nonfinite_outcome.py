@@ -10,7 +10,7 @@ from torchsmith.engine.checkpoint import list_checkpoints
 from torchsmith.engine.loop import RunFailedError, run
 from torchsmith.harness.compare import PlanMeasurement, _max_or_nan, _param_rel_diff
 from torchsmith.plan import Plan
-from torchsmith.tune.guard import GuardConfig, guard_rejection
+from torchsmith.tuner.guard import GuardConfig, guard_rejection
 
 NAN_AFTER = """
 import torch, torch.nn.functional as F, sys

@@ -17,7 +17,7 @@ from torchsmith.plan import BF16Params, CheckpointBlocks, Compile, LossImpl, Mic
 from torchsmith.transforms.base import DeviceInfo, TransformError  # noqa: E402
 from torchsmith.transforms.loss_impl import apply_loss_impl  # noqa: E402
 from torchsmith.transforms.parts import StepParts  # noqa: E402
-from torchsmith.tune.guard import GuardConfig  # noqa: E402
+from torchsmith.tuner.guard import GuardConfig  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "workloads"))
 from test_hf_workloads import TINY  # noqa: E402

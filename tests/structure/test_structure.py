@@ -88,8 +88,8 @@ def test_workload_names_blocks_and_head_for_every_model_it_builds():
 
 def test_checkpointing_uses_the_named_blocks():
     from torchsmith.plan import CheckpointBlocks
+    from torchsmith.transforms.activation_checkpoint import apply_checkpointing
     from torchsmith.transforms.base import TransformError
-    from torchsmith.transforms.checkpointing import apply_checkpointing
 
     with pytest.raises(TransformError, match="ambiguous"):
         apply_checkpointing(EncoderDecoder(), CheckpointBlocks(every=1))
@@ -104,7 +104,7 @@ def test_parameterless_lists_are_not_blocks():
 
 
 def test_a_run_of_blocks_inside_a_mixed_sequential_is_found():
-    # nn.Sequential(*blocks, head), as small scripts (and a Lightning module of tests/tune/scripts) write it.
+    # nn.Sequential(*blocks, head), as small scripts (and a Lightning module of tests/tuner/scripts) write it.
     class Block(nn.Module):
         def __init__(self):
             super().__init__()

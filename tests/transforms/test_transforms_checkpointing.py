@@ -10,8 +10,8 @@ from transforms_helpers import cnn_batch, cnn_loss, gpt_batch, gpt_loss, grads_o
 from torchsmith.measure.memory import track_peak_memory
 from torchsmith.measure.saved import count_saved_tensors
 from torchsmith.plan import CheckpointBlocks, SelectiveCheckpoint
+from torchsmith.transforms.activation_checkpoint import apply_checkpointing
 from torchsmith.transforms.base import TransformError
-from torchsmith.transforms.checkpointing import apply_checkpointing
 
 
 def _saved(model, batch):

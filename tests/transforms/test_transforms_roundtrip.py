@@ -37,8 +37,8 @@ from torchsmith.plan import (
     SelectiveCheckpoint,
     Threads,
 )
+from torchsmith.transforms.activation_checkpoint import apply_checkpointing
 from torchsmith.transforms.base import TransformError
-from torchsmith.transforms.checkpointing import apply_checkpointing
 from torchsmith.transforms.compile import apply_compile
 from torchsmith.transforms.inplace import apply_inplace
 from torchsmith.transforms.loss_impl import apply_loss_impl

@@ -8,9 +8,9 @@ import typer
 from rich.markup import escape
 
 from torchsmith.distributed.checkpoint import DistCheckpointError
+from torchsmith.engine.auto_microbatch import OOMError
 from torchsmith.engine.checkpoint import CheckpointError
 from torchsmith.engine.nonfinite import NonFiniteError
-from torchsmith.engine.oom import OOMError
 from torchsmith.plan import PlanError
 from torchsmith.report.console import error_console
 from torchsmith.transforms.base import TransformError

@@ -32,8 +32,8 @@ def run_script_command(command: list[str], plan_path: Optional[Path]) -> int:
     from torchsmith.plan import Plan
     from torchsmith.profile.doctor import python_command
     from torchsmith.report.console import error_console
-    from torchsmith.tune.script_run import script_env
-    from torchsmith.tune.script_space import unsupported_knobs
+    from torchsmith.tuner.script_run import script_env
+    from torchsmith.tuner.script_space import unsupported_knobs
 
     with user_errors():
         plan = Plan.load(plan_path) if plan_path else Plan()

@@ -61,8 +61,8 @@ def tune_command(
     workload = args[0] if args else None
     from torchsmith.report.console import console
     from torchsmith.report.tune import render_tune, tune_progress
-    from torchsmith.report.tune_html import write_report
-    from torchsmith.tune import WorkloadStepError, tune
+    from torchsmith.report.tune_html import write_tune_report
+    from torchsmith.tuner import WorkloadStepError, tune
 
     with user_errors():
         try:
@@ -78,7 +78,7 @@ def tune_command(
                 )
         except WorkloadStepError as err:
             raise ValueError(str(err)) from None
-    report_path = write_report(result, report) if report and report != Path("") else None  # --report "": none
+    report_path = write_tune_report(result, report) if report and report != Path("") else None  # --report "": none
     render_tune(result, console)
     console.print(f"plan written to [bold]{out}[/]" + (f", report to [bold]{report_path}[/]" if report_path else ""))
     console.print(

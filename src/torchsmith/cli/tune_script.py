@@ -1,4 +1,4 @@
-"""``torchsmith tune -- python train.py ...``: tune an unmodified script (see torchsmith.tune.script)."""
+"""``torchsmith tune -- python train.py ...``: tune an unmodified script (see torchsmith.tuner.script)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ def tune_script_command(command: list[str], *, budget: str, memory_limit: Option
     from torchsmith.profile.doctor import python_command
     from torchsmith.report.console import console
     from torchsmith.report.tune import render_tune, tune_progress
-    from torchsmith.report.tune_html import write_report
+    from torchsmith.report.tune_html import write_tune_report
     from torchsmith.report.tune_script import render_script_tune
-    from torchsmith.tune.budget import parse_bytes, parse_duration
-    from torchsmith.tune.script import ScriptTuneConfig, tune_script
-    from torchsmith.tune.script_run import ScriptRunConfig
+    from torchsmith.tuner.parse_budget import parse_bytes, parse_duration
+    from torchsmith.tuner.script import ScriptTuneConfig, tune_script
+    from torchsmith.tuner.script_run import ScriptRunConfig
 
     with user_errors():
         if on_spread not in ("guard", "refuse"):
@@ -30,7 +30,7 @@ def tune_script_command(command: list[str], *, budget: str, memory_limit: Option
         with tune_progress() as progress:
             result = tune_script(cmd, cfg, on_progress=progress)
         result.plan.save(out)
-        report_path = write_report(result, report) if report and report != Path("") else None  # --report "": none
+        report_path = write_tune_report(result, report) if report and report != Path("") else None  # --report "": none
     render_tune(result, console)
     render_script_tune(result, out, console)
     console.print(f"plan written to [bold]{out}[/]" + (f", report to [bold]{report_path}[/]" if report_path else ""))

@@ -36,16 +36,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from torchsmith.engine.locate_nonfinite import (  # noqa: F401  (Finding, locate, step_finite: public here too)
+from torchsmith.engine.nonfinite import NonFiniteError  # noqa: F401  (raised by NaNSentinel users' code paths)
+from torchsmith.measure.locate_nonfinite import (  # noqa: F401  (NonfiniteOrigin, locate, step_finite: public here too)
     OUTSIDE,
-    Finding,
+    NonfiniteOrigin,
     clean_name,
     float_tensors,
     locate,
     replay,
     step_finite,
 )
-from torchsmith.engine.nonfinite import NonFiniteError  # noqa: F401  (raised by NaNSentinel users' code paths)
 from torchsmith.seeding import rng_state
 
 
@@ -104,8 +104,8 @@ class NaNSentinel:
         self._flags.append(ins[0].detach().sum(dtype=torch.float32))
         return len(self._flags) - 1
 
-    def check(self, loss: torch.Tensor | None = None) -> Finding | None:
-        """Read this step's flags (one sync) and reset them; a module-level Finding, or None."""
+    def check(self, loss: torch.Tensor | None = None) -> NonfiniteOrigin | None:
+        """Read this step's flags (one sync) and reset them; a module-level NonfiniteOrigin, or None."""
         params = list(self.model.parameters())
         ok = step_finite(loss if loss is not None else torch.zeros(()), params)
         sums = torch.stack(self._flags) if self._flags else ok.new_zeros(0, dtype=torch.float32)
@@ -118,22 +118,22 @@ class NaNSentinel:
             if not values[out]:
                 if inp is not None and not values[inp]:
                     return _born_in_parent(order, values, i, self.step)
-                return Finding(module=name, op=None, pass_="forward", kind="nan/inf",
+                return NonfiniteOrigin(module=name, op=None, pass_="forward", kind="nan/inf",
                                inputs_finite=None if inp is None else True, step=self.step)
         bad = [n for n, p in self.model.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all()]
         module = clean_name(bad[0].rpartition(".")[0]) if bad else OUTSIDE
-        return Finding(module=module, op=None, pass_="backward" if bad else "forward", kind="nan/inf",
+        return NonfiniteOrigin(module=module, op=None, pass_="backward" if bad else "forward", kind="nan/inf",
                        inputs_finite=None, step=self.step)
 
-    def watch(self, fn: Callable[[], Any]) -> Finding | None:
-        """Run one step's forward+backward ``fn``; on a non-finite value, the op-level Finding."""
+    def watch(self, fn: Callable[[], Any]) -> NonfiniteOrigin | None:
+        """Run one step's forward+backward ``fn``; on a non-finite value, the op-level NonfiniteOrigin."""
         rng = rng_state()
         out = fn()
         found = self.check(out if isinstance(out, torch.Tensor) else None)
         return None if found is None else self.refine(found, fn, rng)
 
-    def refine(self, found: Finding, fn: Callable[[], Any], rng: dict[str, Any]) -> Finding:
-        """The op-level Finding for a step :meth:`check` flagged: ``fn`` (that step's forward +
+    def refine(self, found: NonfiniteOrigin, fn: Callable[[], Any], rng: dict[str, Any]) -> NonfiniteOrigin:
+        """The op-level NonfiniteOrigin for a step :meth:`check` flagged: ``fn`` (that step's forward +
         backward) replayed from ``rng``, the RNG state the step started with. Gradients, buffers
         and RNG are put back after; when the replay stays finite, ``found`` with reproduced=False."""
         self._pause()
@@ -168,7 +168,7 @@ class NaNSentinel:
         self.close()
 
 
-def _born_in_parent(order: list[tuple[str, int, int | None]], values: list[bool], i: int, step: int) -> Finding:
+def _born_in_parent(order: list[tuple[str, int, int | None]], values: list[bool], i: int, step: int) -> NonfiniteOrigin:
     """The first non-finite module output (``order[i]``) had non-finite inputs: the value was
     born before it, outside every module that reported. Walk up its ancestors to the first whose
     own inputs were finite (or not seen): the value was born in that module's own code."""
@@ -184,6 +184,6 @@ def _born_in_parent(order: list[tuple[str, int, int | None]], values: list[bool]
     last = next((n for n, out, _ in reversed(order[:i]) if values[out] and n.startswith(prefix)
                  and "." not in n[len(prefix):]), None)
     inp = entries.get(parent, (None, None))[1] if parent else None
-    return Finding(module=parent, op=None, pass_="forward", kind="nan/inf",
+    return NonfiniteOrigin(module=parent, op=None, pass_="forward", kind="nan/inf",
                    inputs_finite=None if inp is None else values[inp], step=step, own_code=True,
                    last_finite_child=last, first_nonfinite_child=child)

@@ -16,7 +16,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from torchsmith.engine.oom import OOMError
+from torchsmith.engine.auto_microbatch import OOMError
 from torchsmith.measure.oom import OOMReport, attach_explanation, explain, is_oom
 
 __all__ = ["OOMError", "OOMReport", "explain", "explain_oom", "is_oom"]

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from torchsmith.distributed.strategy import apply_parallel
+from torchsmith.engine.auto_microbatch import apply_auto_microbatch
 from torchsmith.engine.nonfinite import apply_nonfinite
-from torchsmith.engine.oom import apply_auto_microbatch
 from torchsmith.plan import Plan
+from torchsmith.transforms.activation_checkpoint import apply_checkpointing
 from torchsmith.transforms.base import Change
-from torchsmith.transforms.checkpointing import apply_checkpointing
 from torchsmith.transforms.compile import apply_compile
 from torchsmith.transforms.inplace import apply_inplace
 from torchsmith.transforms.loss_impl import apply_loss_impl

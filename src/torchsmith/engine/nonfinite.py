@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from torchsmith.distributed.runtime import any_rank
-from torchsmith.engine.locate_nonfinite import OUTSIDE, Finding, replay, step_finite
+from torchsmith.measure.locate_nonfinite import OUTSIDE, NonfiniteOrigin, replay, step_finite
 from torchsmith.seeding import rng_state
 from torchsmith.transforms.base import Change
 from torchsmith.transforms.parts import StepParts
@@ -36,7 +36,7 @@ class NonFiniteGuard:
         self.mode = mode
         self.step = 0
         self.skipped = 0
-        self.findings: list[Finding] = []
+        self.findings: list[NonfiniteOrigin] = []
         self._rng: dict[str, Any] | None = None
 
     def start(self) -> None:
@@ -61,7 +61,7 @@ class NonFiniteGuard:
             warnings.warn(f"nonfinite: the op-level re-run failed ({err!r}); no culprit named", RuntimeWarning,
                           stacklevel=1)
             found = None
-        found = Finding(**{**found.__dict__, "step": self.step}) if found else Finding(
+        found = NonfiniteOrigin(**{**found.__dict__, "step": self.step}) if found else NonfiniteOrigin(
             module=OUTSIDE, op=None, pass_="forward", kind="nan/inf", inputs_finite=None, step=self.step)
         self.findings.append(found)
         if self.mode == "raise":

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from torchsmith.distributed import strategy
 from torchsmith.transforms import (
-    checkpointing,
+    activation_checkpoint,
     compile,
     inplace,
     loader,
@@ -35,7 +35,7 @@ TRANSFORMS: tuple[TransformInfo, ...] = (
     inplace.INFO,
     memory_format.INFO,
     compile.INFO,
-    checkpointing.INFO,
+    activation_checkpoint.INFO,
     saved_tensors.INFO,
     microbatching.INFO,
     strategy.INFO,

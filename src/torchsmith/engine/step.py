@@ -14,8 +14,8 @@ import torch
 from torch import nn
 
 from torchsmith.batch import batch_len, split_batch, to_device
+from torchsmith.engine.auto_microbatch import next_microbatches
 from torchsmith.engine.compose import apply_plan
-from torchsmith.engine.oom import next_microbatches
 from torchsmith.measure.oom import attach_explanation, is_oom
 from torchsmith.measure.timing import PhaseTimer
 from torchsmith.plan import Plan

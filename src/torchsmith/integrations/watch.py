@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from torchsmith.debug.grad_monitor import GradMonitor, GradReport
-from torchsmith.debug.nan_sentinel import Finding, NaNSentinel, NonFiniteError
+from torchsmith.debug.nan_sentinel import NaNSentinel, NonFiniteError, NonfiniteOrigin
 from torchsmith.profile.capture import CaptureConfig, StepCapture
 from torchsmith.profile.doctor import DoctorError, DoctorReport, report_capture
 from torchsmith.text import first_line
@@ -66,7 +66,7 @@ class WatchReport:
     doctor: DoctorReport | None
     doctor_error: str | None
     """Why there is no doctor report (e.g. the run ended before the window), or None."""
-    nan_findings: list[Finding]
+    nan_findings: list[NonfiniteOrigin]
     skipped_steps: int
     grads: GradReport | None
 
@@ -77,7 +77,7 @@ class Watch:
     def __init__(self, cfg: WatchConfig | None = None, target: str = "training run"):
         self.cfg = cfg or WatchConfig()
         self.target = target
-        self.findings: list[Finding] = []
+        self.findings: list[NonfiniteOrigin] = []
         self.skipped = 0
         self._sentinel: NaNSentinel | None = None
         self._monitor: GradMonitor | None = None

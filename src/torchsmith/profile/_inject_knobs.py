@@ -163,8 +163,8 @@ def _compile(model: nn.Module, cfg: Any) -> str:
 def _checkpoint_blocks(model: nn.Module, cfg: Any) -> str:
     """Checkpoint the blocks ``torchsmith.structure`` discovers (``transformer.h``, ``model.layers``, ...)."""
     from torchsmith.structure import StructureError
+    from torchsmith.transforms.activation_checkpoint import apply_checkpointing
     from torchsmith.transforms.base import TransformError
-    from torchsmith.transforms.checkpointing import apply_checkpointing
 
     try:
         change = apply_checkpointing(model, cfg)

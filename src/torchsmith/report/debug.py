@@ -17,7 +17,7 @@ from rich.table import Table
 from torchsmith.debug.grad_monitor import GradReport
 from torchsmith.debug.gradcheck import GradcheckReport
 from torchsmith.debug.graph import GraphReport
-from torchsmith.debug.nan_sentinel import Finding
+from torchsmith.debug.nan_sentinel import NonfiniteOrigin
 from torchsmith.report.html import esc, figure_to_img, page, table
 from torchsmith.text import first_line
 
@@ -107,7 +107,7 @@ def grads_to_dict(report: GradReport) -> dict[str, Any]:
 # --- NaN sentinel ----------------------------------------------------------------------
 
 
-def render_finding(finding: Finding | None, console: Console, steps: int) -> None:
+def render_finding(finding: NonfiniteOrigin | None, console: Console, steps: int) -> None:
     if finding is None:
         console.print(f"[green]no NaN or Inf[/] in {steps} steps (forward, backward, gradients)")
         return

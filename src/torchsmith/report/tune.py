@@ -11,8 +11,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from rich.table import Table
 
 from torchsmith.report.console import console, fmt_bytes, fmt_rate
-from torchsmith.tune.result import TuneResult
-from torchsmith.tune.search import TuneProgress
+from torchsmith.tuner.result import TuneResult
+from torchsmith.tuner.search import TuneProgress
 
 
 @contextmanager

@@ -8,7 +8,7 @@ from pathlib import Path
 from torchsmith.atomic import atomic_write_text
 from torchsmith.report.console import fmt_bytes, fmt_rate
 from torchsmith.report.html import esc, figure_to_img, fingerprint_table, page, table
-from torchsmith.tune.result import Candidate, TuneResult
+from torchsmith.tuner.result import Candidate, TuneResult
 
 _COLOURS = {
     "baseline": "#6e7781",
@@ -20,13 +20,13 @@ _COLOURS = {
 }
 
 
-def write_report(result: TuneResult, path: str | os.PathLike) -> Path:
+def write_tune_report(result: TuneResult, path: str | os.PathLike) -> Path:
     """Write ``result`` as a self-contained HTML report, atomically; return its path.
 
     Example::
 
         result = torchsmith.tune("mlp", budget="2m")
-        torchsmith.write_report(result, "report.html")
+        torchsmith.write_tune_report(result, "report.html")
     """
     return atomic_write_text(path, render_tune_html(result))
 

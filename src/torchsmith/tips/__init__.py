@@ -1,61 +1,20 @@
 """``torchsmith bench tips``: every transform alone against the baseline, and folklore, measured here.
 
+Modules:
+    bench       run_tips: the baseline, every candidate alone, the folklore checks -> TipsReport
+    candidates  one TipCandidate per transform knob value (from the search space), measured side by side
+    folklore    the folklore checks ("empty_cache on OOM", "num_workers") measured on this machine
+
 Example::
 
+    from torchsmith.tips import run_tips
     report = run_tips(load_workload("mlp"), steps=4, warmup=1)
     [(r.label, r.speed, r.memory) for r in report.rows]
 """
 
-from __future__ import annotations
-
-from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
-
-from torchsmith.harness.compare import PlanMeasurement
-from torchsmith.measure.fingerprint import MachineFingerprint, machine_fingerprint
-from torchsmith.measure.load import load_average
-from torchsmith.tips.candidates import Candidate, TipRow, candidates, measure_candidates
+from torchsmith.tips.bench import TipsReport, run_tips
+from torchsmith.tips.candidates import TipCandidate, TipRow, candidates, measure_candidates
 from torchsmith.tips.folklore import CHECKS, FolkloreResult, run_folklore
-from torchsmith.workload import Workload
 
-__all__ = ["TipsReport", "run_tips", "Candidate", "TipRow", "candidates", "measure_candidates",
+__all__ = ["TipsReport", "run_tips", "TipCandidate", "TipRow", "candidates", "measure_candidates",
            "FolkloreResult", "run_folklore", "CHECKS"]
-
-
-@dataclass(frozen=True)
-class TipsReport:
-    workload: str
-    device: str
-    machine: MachineFingerprint
-    steps: int
-    warmup: int
-    baseline: PlanMeasurement
-    rows: list[TipRow]
-    folklore: list[FolkloreResult]
-    load_average: tuple[float, float] | None = None
-    """1-minute load average before and after the measurement: other processes' share of the cores."""
-    finished_utc: str = ""
-
-
-def run_tips(workload: Workload, *, steps: int = 6, warmup: int = 2, device: Any = None,
-             only: list[str] | None = None, folklore: bool = True,
-             on_step: Callable[[int, int], None] | None = None,
-             on_check: Callable[[str], None] | None = None) -> TipsReport:
-    """Measure every registered transform candidate alone, then the folklore checks."""
-    from torchsmith.engine.loop import resolve_device
-
-    device = resolve_device(device)
-    load_before = load_average()
-    baseline, rows = measure_candidates(workload, steps=steps, warmup=warmup, device=device, only=only,
-                                        on_step=on_step)
-    checks = run_folklore(device, on_check) if folklore else []
-    load_after = load_average()
-    return TipsReport(workload=workload.name, device=str(device), machine=machine_fingerprint(), steps=steps,
-                      warmup=warmup, baseline=baseline, rows=rows, folklore=checks,
-                      load_average=((load_before, load_after)
-                                    if load_before is not None and load_after is not None else None),
-                      finished_utc=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))
-
-

@@ -23,15 +23,15 @@ from typing import Any
 import torch
 
 from torchsmith.engine.registry import registered_transforms
+from torchsmith.engine.space import device_info, search_space
 from torchsmith.harness.compare import PlanMeasurement, measure_plans
 from torchsmith.plan import Plan
 from torchsmith.transforms.base import TransformInfo
-from torchsmith.tune.space import device_info, search_space
 from torchsmith.workload import Workload
 
 
 @dataclass(frozen=True)
-class Candidate:
+class TipCandidate:
     transform: str
     plan: Plan
 
@@ -73,7 +73,7 @@ class TipRow:
 
 
 def candidates(device: torch.device, only: list[str] | None = None,
-               extra: tuple[TransformInfo, ...] = ()) -> list[Candidate]:
+               extra: tuple[TransformInfo, ...] = ()) -> list[TipCandidate]:
     """One plan per registered candidate value that applies to ``device``, in the tuner's order.
     ``extra`` adds transforms of your own to the registered ones."""
     known = registered_transforms(extra)
@@ -86,7 +86,7 @@ def candidates(device: torch.device, only: list[str] | None = None,
         if only and dim.name not in only:
             continue
         for value in dim.candidates:
-            out.append(Candidate(dim.name, Plan().replace(**{dim.plan_field: value})))
+            out.append(TipCandidate(dim.name, Plan().replace(**{dim.plan_field: value})))
     return out
 
 
@@ -128,7 +128,7 @@ def _pool(baselines: list[PlanMeasurement]) -> PlanMeasurement:
                                peak_memory_bytes=max(peaks) if peaks else None)
 
 
-def _row(c: Candidate, m: PlanMeasurement, base: PlanMeasurement) -> TipRow:
+def _row(c: TipCandidate, m: PlanMeasurement, base: PlanMeasurement) -> TipRow:
     def ratio(a: float | None, b: float | None) -> float | None:
         return a / b if a and b else None
 

@@ -1,7 +1,7 @@
 """tune -- python script.py: the loss guard, the baseline's reproducibility, failing candidates and
 the exit code of run --plan -- ...
 
-The planted behaviours live in tests/tune/scripts/plain_loop.py: a loss that depends on the thread
+The planted behaviours live in tests/tuner/scripts/plain_loop.py: a loss that depends on the thread
 count (so threads=1 is a loss-changing knob), unseeded noise, a crash and a hang at 1 thread.
 """
 
@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from torchsmith.plan import Plan, Threads
-from torchsmith.tune import TuneError
-from torchsmith.tune.guard import GuardConfig
-from torchsmith.tune.script import ScriptTuneConfig, tune_script, unapplied
-from torchsmith.tune.script_guard import baseline_spread, script_guard_rejection
-from torchsmith.tune.script_run import ScriptRun, ScriptRunConfig, run_script
+from torchsmith.tuner import TuneError
+from torchsmith.tuner.guard import GuardConfig
+from torchsmith.tuner.script import ScriptTuneConfig, tune_script, unapplied
+from torchsmith.tuner.script_guard import baseline_spread, script_guard_rejection
+from torchsmith.tuner.script_run import ScriptRun, ScriptRunConfig, run_script
 
 SCRIPT = Path(__file__).parent / "scripts" / "plain_loop.py"
 SRC = Path(__file__).parent.parent.parent / "src"
@@ -165,7 +165,7 @@ def _stub_runs(monkeypatch, looks):
         return ScriptRun(plan=plan, step_seconds=seconds, losses=[1.0, 0.9, 0.8], applied=applied,
                          wall_seconds=0.1, exit_code=0, facts={"device": "cpu"})
 
-    monkeypatch.setattr("torchsmith.tune.script.run_script", fake_run)
+    monkeypatch.setattr("torchsmith.tuner.script.run_script", fake_run)
     return ran
 
 
@@ -184,7 +184,7 @@ def test_a_win_must_hold_on_a_second_look(monkeypatch):
 @pytest.mark.parametrize("per_core, busy", [(4.0, True), (0.3, False)])
 def test_a_busy_machine_is_named_in_the_notes(monkeypatch, per_core, busy):
     _stub_runs(monkeypatch, {"for_loop": [1.0], "foreach": [1.0], "fused": [1.0]})
-    monkeypatch.setattr("torchsmith.tune.script.load_per_core", lambda: per_core)
+    monkeypatch.setattr("torchsmith.tuner.script.load_per_core", lambda: per_core)
     r = tune_script(["train.py"], ScriptTuneConfig(budget_seconds=60, knobs=("optimizer",)))
     said = [n for n in r.notes if n.startswith("the machine was busy when tune started")]
     assert bool(said) == busy

@@ -1,6 +1,6 @@
 """Each knob of a plan, injected into an unmodified script, is observably applied.
 
-The scripts (tests/tune/scripts/) write what they saw from inside: thread count, the optimizer's
+The scripts (tests/tuner/scripts/) write what they saw from inside: thread count, the optimizer's
 `fused` flag, autocast inside the model's forward, whether the model is compiled and its blocks
 checkpointed, the DataLoader's workers, the fp32 matmul precision.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from torchsmith.plan import Autocast, Backend, CheckpointBlocks, Compile, LoaderConfig, OptimizerImpl, Plan, Threads
-from torchsmith.tune.script_run import ScriptRunConfig, run_script
+from torchsmith.tuner.script_run import ScriptRunConfig, run_script
 
 SCRIPTS = Path(__file__).parent / "scripts"
 ALL = Plan(threads=Threads(intra_op=1), optimizer=OptimizerImpl(impl="fused"), precision=Autocast(dtype="bfloat16"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from torchsmith.tune.guard import GuardConfig
+from torchsmith.tuner.guard import GuardConfig
 
 REPRODUCIBLE_RTOL = 1e-6
 """Two runs of the same code with the same seeds differ by less than this: float sums in the same

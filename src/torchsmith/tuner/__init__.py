@@ -1,4 +1,4 @@
-"""``tune``: find the fastest plan that keeps the loss, prove it, and hand it back.
+"""``tuner``: the search behind ``torchsmith.tune``: the fastest plan that keeps the loss, proved.
 
 Example::
 
@@ -6,21 +6,19 @@ Example::
     result = torchsmith.tune(torchsmith.load_workload("gpt-mini"), budget="3m")
     result.plan.save("plan.json")
     result.speedup
-    torchsmith.write_report(result, "report.html")   # rendering lives in report/, not here
+    torchsmith.write_tune_report(result, "report.html")   # rendering lives in report/, not here
 """
 
 from __future__ import annotations
 
-import sys
-import types
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from torchsmith.harness.compare import StepTimer, wall_clock
-from torchsmith.tune.budget import parse_bytes, parse_duration
-from torchsmith.tune.guard import GuardConfig
-from torchsmith.tune.result import Candidate, TuneResult
-from torchsmith.tune.search import TuneError, TuneProgress, WorkloadStepError, search
+from torchsmith.tuner.guard import GuardConfig
+from torchsmith.tuner.parse_budget import parse_bytes, parse_duration
+from torchsmith.tuner.result import Candidate, TuneResult
+from torchsmith.tuner.search import TuneError, TuneProgress, WorkloadStepError, search
 from torchsmith.workload import Workload, load_workload
 
 __all__ = ["tune", "TuneResult", "Candidate", "GuardConfig", "TuneError", "TuneProgress", "WorkloadStepError"]
@@ -32,7 +30,7 @@ def tune(workload: Workload | str | None = None, *, budget: str | float = "5m", 
          on_progress: Callable[[TuneProgress], None] | None = None) -> TuneResult:
     """Search the plan space within ``budget`` and return the fastest plan that keeps the loss.
 
-    ``out`` writes the plan as JSON; ``torchsmith.write_report(result, path)`` writes the HTML report.
+    ``out`` writes the plan as JSON; ``torchsmith.write_tune_report(result, path)`` writes the HTML report.
     ``knobs`` limits the search to some transforms, e.g. ``["threads", "compile"]``.
     ``clock`` times one step (tests stub it to prove decisions follow measurements).
     """
@@ -47,14 +45,3 @@ def tune(workload: Workload | str | None = None, *, budget: str | float = "5m", 
         result.plan.save(out)
     return result
 
-
-class _CallableModule(types.ModuleType):
-    """``torchsmith.tune`` is both this package and the function: importing a submodule
-    (``torchsmith.tune.search``) rebinds the name ``tune`` on ``torchsmith`` to the package,
-    so the package itself forwards calls to :func:`tune`."""
-
-    def __call__(self, *args, **kwargs) -> TuneResult:
-        return tune(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

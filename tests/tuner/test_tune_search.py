@@ -7,8 +7,8 @@ from toy_workloads import loader_workload
 
 from torchsmith.harness.compare import measure_plans
 from torchsmith.plan import Autocast, MicroBatching, Plan
-from torchsmith.tune import GuardConfig, TuneError, WorkloadStepError, tune
-from torchsmith.tune.budget import parse_bytes, parse_duration
+from torchsmith.tuner import GuardConfig, TuneError, WorkloadStepError, tune
+from torchsmith.tuner.parse_budget import parse_bytes, parse_duration
 from torchsmith.workload import load_workload
 
 
@@ -41,7 +41,7 @@ def test_picks_bf16_when_it_measures_faster():
 def test_a_busy_machine_is_named_first_in_the_notes(monkeypatch):
     import importlib
 
-    search_mod = importlib.import_module("torchsmith.tune.search")  # the attribute is the function
+    search_mod = importlib.import_module("torchsmith.tuner.search")  # the attribute is the function
     monkeypatch.setattr(search_mod, "load_per_core", lambda: 3.5)
     result = tune("mlp", budget="10m", knobs=["optimizer"], clock=stub_clock(lambda p: 1.0))
     assert result.notes[0].startswith("the machine was busy when tune started (1-minute load average 3.5 per core)")
@@ -119,12 +119,15 @@ def test_unparsable_memory_limit(bad):
         parse_bytes(bad)
 
 
-def test_public_api_tune_is_callable_even_after_submodule_imports():
-    import torchsmith
-    import torchsmith.tune.search  # noqa: F401  (rebinds torchsmith.tune to the package)
+def test_public_api_tune_is_a_plain_function_even_after_submodule_imports():
+    import inspect
 
+    import torchsmith
+    import torchsmith.tuner.search  # noqa: F401  (a submodule import must not shadow torchsmith.tune)
+
+    assert inspect.isfunction(torchsmith.tune)
     result = torchsmith.tune("mlp", budget="10m", knobs=["precision"], clock=stub_clock(lambda p: 1.0))
-    assert isinstance(result, torchsmith.tune.TuneResult) and result.plan == Plan()
+    assert isinstance(result, torchsmith.tuner.TuneResult) and result.plan == Plan()
 
 
 def test_second_look_drops_a_knob_that_stopped_paying():

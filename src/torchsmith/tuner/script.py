@@ -13,7 +13,7 @@ there, the as-written plan is returned.
 
 Example::
 
-    from torchsmith.tune.script import ScriptTuneConfig, tune_script
+    from torchsmith.tuner.script import ScriptTuneConfig, tune_script
     result = tune_script(["python", "train.py", "--lr", "3e-4"], ScriptTuneConfig(budget_seconds=300))
     result.plan.save("plan.json"); result.code_change
 """
@@ -28,17 +28,17 @@ from typing import Literal
 
 import torch
 
+from torchsmith.engine.space import device_info
 from torchsmith.interpreter import other_interpreter_tip
 from torchsmith.measure.load import busy_note, load_per_core
 from torchsmith.plan import Plan
-from torchsmith.tune import TuneError, TuneProgress
-from torchsmith.tune.guard import GuardConfig
-from torchsmith.tune.result import Candidate, Status, TuneResult
-from torchsmith.tune.script_code import adoption_lines, summarise_written
-from torchsmith.tune.script_guard import BaselineSpread, baseline_spread, script_guard_rejection
-from torchsmith.tune.script_run import ScriptRun, ScriptRunConfig, run_script
-from torchsmith.tune.script_space import script_space
-from torchsmith.tune.space import device_info
+from torchsmith.tuner import TuneError, TuneProgress
+from torchsmith.tuner.guard import GuardConfig
+from torchsmith.tuner.result import Candidate, Status, TuneResult
+from torchsmith.tuner.script_code import adoption_lines, summarise_written
+from torchsmith.tuner.script_guard import BaselineSpread, baseline_spread, script_guard_rejection
+from torchsmith.tuner.script_run import ScriptRun, ScriptRunConfig, run_script
+from torchsmith.tuner.script_space import script_space
 
 NOISE_MARGIN = 0.03
 """A candidate must beat the best so far by more than 3% to replace it (shared-machine noise)."""

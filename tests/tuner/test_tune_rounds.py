@@ -4,8 +4,8 @@ import pytest
 
 from torchsmith.harness.compare import PlanMeasurement
 from torchsmith.plan import Plan, Threads
-from torchsmith.tune import tune
-from torchsmith.tune.choose import pooled, unsure
+from torchsmith.tuner import tune
+from torchsmith.tuner.choose import pooled, unsure
 
 
 def counting_clock(seconds_for):
@@ -58,8 +58,8 @@ def test_pooled_rounds_take_the_median_ratio_against_the_first_reference():
 
 
 def test_when_nothing_fits_the_smallest_peak_that_keeps_the_loss_is_kept_for_the_next_memory_knob():
-    from torchsmith.tune.choose import choose
-    from torchsmith.tune.guard import GuardConfig
+    from torchsmith.tuner.choose import choose
+    from torchsmith.tuner.guard import GuardConfig
 
     def m(peak, loss_diff=0.0):
         return PlanMeasurement(Plan(), 1.0, step_times=[1.0] * 4, peak_memory_bytes=peak, losses=[1.0],

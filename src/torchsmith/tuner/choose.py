@@ -20,8 +20,8 @@ from typing import Any
 from torchsmith.harness.compare import PlanMeasurement
 from torchsmith.plan import Plan
 from torchsmith.text import format_bytes
-from torchsmith.tune.guard import GuardConfig, guard_rejection
-from torchsmith.tune.result import Candidate, Status
+from torchsmith.tuner.guard import GuardConfig, guard_rejection
+from torchsmith.tuner.result import Candidate, Status
 
 NOISE_MARGIN = 0.03
 """A candidate must beat the current best by more than 3% to replace it (shared-machine noise)."""

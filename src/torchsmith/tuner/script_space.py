@@ -11,10 +11,10 @@ import os
 from dataclasses import replace
 from typing import Any
 
+from torchsmith.engine.space import Dimension, search_space
 from torchsmith.measure.fingerprint import usable_cores
 from torchsmith.plan import Autocast, Backend, CheckpointBlocks, Compile, Plan
 from torchsmith.transforms.base import DeviceInfo
-from torchsmith.tune.space import Dimension, search_space
 
 SCRIPT_KNOBS = ("threads", "precision", "optimizer", "loader", "backend", "compile", "checkpointing")
 """In the order they are tried: cheap process-wide knobs first, compile (slow to start) last."""

@@ -35,12 +35,13 @@ from typing import Any
 import torch
 
 from torchsmith.engine.loop import build_step, resolve_device
+from torchsmith.engine.space import Dimension, device_info, search_space
 from torchsmith.harness.compare import PlanMeasurement, StepTimer, measure_plans, refusal, wall_clock
 from torchsmith.measure.fingerprint import machine_fingerprint
 from torchsmith.measure.load import busy_note, load_per_core
 from torchsmith.plan import Plan
 from torchsmith.text import format_bytes
-from torchsmith.tune.choose import (
+from torchsmith.tuner.choose import (
     LARGE_WIN,
     KnobVerdict,
     choose,
@@ -52,11 +53,10 @@ from torchsmith.tune.choose import (
     seconds,
     unsure,
 )
-from torchsmith.tune.guard import GuardConfig
-from torchsmith.tune.mfu import tuned_mfu
-from torchsmith.tune.pace import MEASURED_SHARE, MIN_PROOF_STEPS, MIN_STEPS, Pace
-from torchsmith.tune.result import Candidate, TuneResult
-from torchsmith.tune.space import Dimension, device_info, search_space
+from torchsmith.tuner.guard import GuardConfig
+from torchsmith.tuner.mfu import tuned_mfu
+from torchsmith.tuner.pace import MEASURED_SHARE, MIN_PROOF_STEPS, MIN_STEPS, Pace
+from torchsmith.tuner.result import Candidate, TuneResult
 from torchsmith.workload import Workload
 
 logger = logging.getLogger(__name__)

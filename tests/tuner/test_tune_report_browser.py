@@ -5,8 +5,8 @@ import subprocess
 
 import pytest
 
-from torchsmith.report.tune_html import write_report
-from torchsmith.tune import tune
+from torchsmith.report.tune_html import write_tune_report
+from torchsmith.tuner import tune
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -17,7 +17,7 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 def report(tmp_path_factory):
     out = tmp_path_factory.mktemp("tune")
     result = tune("mlp", budget="2m", knobs=["threads", "optimizer"], out=out / "plan.json")
-    assert write_report(result, out / "report.html") == out / "report.html"
+    assert write_tune_report(result, out / "report.html") == out / "report.html"
     return result, out
 
 

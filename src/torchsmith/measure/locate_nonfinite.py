@@ -29,7 +29,7 @@ OUTSIDE = "(outside the model)"
 
 
 @dataclass(frozen=True, kw_only=True)
-class Finding:
+class NonfiniteOrigin:
     """Where a non-finite value first appeared."""
 
     module: str
@@ -125,7 +125,7 @@ class _Locator(TorchDispatchMode):
         self.stack: list[str] = []
         self.node_module: dict[Any, str] = {}  # autograd node -> module whose forward made it
         self.param_module = {p: clean_name(n.rpartition(".")[0]) for n, p in model.named_parameters()}
-        self.finding: Finding | None = None
+        self.finding: NonfiniteOrigin | None = None
         self.handles = []
         for name, module in model.named_modules():
             name = clean_name(name)
@@ -179,14 +179,14 @@ class _Locator(TorchDispatchMode):
         bad = [t for t in outs if not bool(torch.isfinite(t).all())]  # sync per op: locate mode only
         if bad:
             module, pass_, node = self._module_now()
-            self.finding = Finding(
+            self.finding = NonfiniteOrigin(
                 module=module, op=str(func), pass_=pass_, kind=nonfinite_kind(bad[0]), inputs_finite=inputs_finite,
                 input_shapes=[list(t.shape) for t in ins], output_shapes=[list(t.shape) for t in outs],
                 autograd_node=node)
         return out
 
 
-def locate(model: nn.Module, fn: Callable[[], Any]) -> Finding | None:
+def locate(model: nn.Module, fn: Callable[[], Any]) -> NonfiniteOrigin | None:
     """Run ``fn`` (forward + backward) checking every op; the first non-finite output, or None.
 
     Slow (one sync per op): run it on the step that went wrong, with the same inputs and RNG.
@@ -204,7 +204,7 @@ def locate(model: nn.Module, fn: Callable[[], Any]) -> Finding | None:
     return locator.finding
 
 
-def replay(model: nn.Module, fn: Callable[[], Any], rng: dict[str, Any]) -> Finding | None:
+def replay(model: nn.Module, fn: Callable[[], Any], rng: dict[str, Any]) -> NonfiniteOrigin | None:
     """``locate`` on a re-run of a step: same RNG state, gradients, buffers and RNG put back after."""
     params = list(model.parameters())
     grads = [p.grad for p in params]
