@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from torchsmith.data.mmap_dataset import MmapDataset, verify_store
+from torchsmith.data.mmap_dataset import MmapDataset
 from torchsmith.data.pack import pack_arrays, pack_bytes, pack_npy_folder, pack_source, pack_tokens
 from torchsmith.data.store import StoreError, StoreWriter, read_index
+from torchsmith.data.verify import verify_store
 
 SAMPLES = np.arange(1000 * 24, dtype=np.float32).reshape(1000, 2, 3, 4)  # sample i holds 24*i .. 24*i+23
 
@@ -55,7 +56,9 @@ def test_pickled_dataset_carries_no_data(store):
     assert len(blob) < 16_000 < SAMPLES.nbytes // 4, len(blob)  # workers re-map; they get no copy
     clone = pickle.loads(blob)
     assert torch.equal(clone[500], torch.from_numpy(SAMPLES[500]))
-    assert clone._verified == ds._verified  # checksums done before the fork are not redone
+    # Blocks verified before the fork are not redone in the workers.
+    assert sorted(clone._blocks) == sorted(ds._blocks) == [0, 5, 9]
+    assert all((clone._blocks[k][0].verified == ds._blocks[k][0].verified).all() for k in ds._blocks)
 
 
 def test_npy_folder_tokens_and_ragged(tmp_path):
@@ -168,9 +171,9 @@ def test_a_pickled_shard_is_refused_never_unpickled(store):
     shard = store / "shard_00002.npy"
     np.save(shard, np.array([object()] * 3 + [{"evil": 1}], dtype=object), allow_pickle=True)
     index = json.loads((store / "index.json").read_text())
-    from torchsmith.data.store import file_sha256
+    from torchsmith.data.checksum import file_digests
 
-    index["shards"][2]["data"].update(bytes=shard.stat().st_size, sha256=file_sha256(shard))
+    index["shards"][2]["data"].update(bytes=shard.stat().st_size, blocks=file_digests(shard, index["block_bytes"]))
     (store / "index.json").write_text(json.dumps(index))
     with pytest.raises(StoreError, match="shard_00002.npy is not a readable .npy file"):
         MmapDataset(store)[250]

@@ -43,8 +43,9 @@ def pack_command(
 
 @data_app.command("verify")
 def verify_command(dest: Path = typer.Argument(..., help="The store directory.")) -> None:
-    """Check every shard of DEST: present, full size, SHA-256 and header as the index says. Exit 1 on a problem."""
-    from torchsmith.data.mmap_dataset import verify_store
+    """Check every shard of DEST: present, full size, every block's checksum and header as the index says.
+    Exit 1 on a problem."""
+    from torchsmith.data.verify import verify_store
     from torchsmith.report.console import console
     from torchsmith.report.data import render_verify, task_progress
 
@@ -54,6 +55,24 @@ def verify_command(dest: Path = typer.Argument(..., help="The store directory.")
     render_verify(report, console)
     if not report.ok:
         raise typer.Exit(1)
+
+
+@data_app.command("upgrade")
+def upgrade_command(
+    dest: Path = typer.Argument(..., help="A store packed by torchsmith 0.1.0 (format 1)."),
+    block_kb: int = typer.Option(1024, "--block-kb", min=4, help="Checksummed block size in KiB (a power of two)."),
+) -> None:
+    """Re-index a format-1 store in place with block checksums (each shard's SHA-256 checked first;
+    the shards stay, index.json is replaced atomically)."""
+    from torchsmith.data.upgrade import upgrade_store
+    from torchsmith.report.console import console
+    from torchsmith.report.data import render_upgrade, task_progress
+
+    with user_errors():
+        with task_progress("upgrading", console) as update:
+            result = upgrade_store(dest, block_bytes=block_kb << 10,
+                                   progress=lambda done, total: update(done, total, "files"))
+    render_upgrade(result, console)
 
 
 @data_app.command("tune")

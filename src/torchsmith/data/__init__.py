@@ -9,12 +9,15 @@ Example::
 
 from torchsmith.data.loader import Loader, LoaderArgs, make_loader
 from torchsmith.data.loader_tune import LoaderTuneResult, tune_loader
-from torchsmith.data.mmap_dataset import MmapDataset, verify_store
+from torchsmith.data.mmap_dataset import MmapDataset
 from torchsmith.data.pack import pack_arrays, pack_bytes, pack_source
 from torchsmith.data.sampler import ResumableSampler
 from torchsmith.data.store import StoreError, StoreWriter, read_index
+from torchsmith.data.upgrade import upgrade_store
+from torchsmith.data.verify import verify_store
 
 __all__ = [
     "Loader", "LoaderArgs", "LoaderTuneResult", "MmapDataset", "ResumableSampler", "StoreError", "StoreWriter",
-    "make_loader", "pack_arrays", "pack_bytes", "pack_source", "read_index", "tune_loader", "verify_store",
+    "make_loader", "pack_arrays", "pack_bytes", "pack_source", "read_index", "tune_loader", "upgrade_store",
+    "verify_store",
 ]

@@ -7,9 +7,13 @@ read-only array makes ``torch.from_numpy`` warn, and a write through such a tens
 crash; with ``"c"`` a stray write only copies the one page it touches. A sample is then
 ``torch.from_numpy(shard[j])``: a view, no copy, for every dtype torch shares with numpy.
 
-Checks: at open, the index, its format version and every shard file's presence and size;
-on a shard's first touch (per process, unless already done before the workers forked), its
-SHA-256 against the index. ``verify_store`` checks everything up front.
+Checks: at open, the index, its format version and every shard file's presence and size.
+Then each block of a shard file (1 MiB by default) is verified against its XXH3-128 in the
+index the first time a read touches it (per process, unless already done before the workers
+forked), so a run pays for the bytes it reads, once, at memory speed. Stores packed by
+torchsmith 0.1.0 (format 1, one SHA-256 per shard) still load: each shard's SHA-256 is checked
+on its first touch, as before, and ``torchsmith data upgrade`` converts them in place.
+``torchsmith.data.verify.verify_store`` checks everything up front.
 
 Example::
 
@@ -21,9 +25,8 @@ Example::
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,8 +34,12 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
-from torchsmith.data.store import FileRecord, StoreError, StoreIndex, file_sha256, read_index
-from torchsmith.text import first_line
+from torchsmith.data.block_check import BlockCheck
+from torchsmith.data.index_format import WHOLE_FILE_SHA256
+from torchsmith.data.shard_files import check_sha256, check_size, load_shard
+from torchsmith.data.store import StoreError, StoreIndex, read_index
+
+logger = logging.getLogger(__name__)
 
 _TORCH_DTYPES = {np.dtype(t) for t in (np.bool_, np.uint8, np.int8, np.int16, np.int32, np.int64,
                                         np.float16, np.float32, np.float64, np.complex64, np.complex128)}
@@ -49,8 +56,9 @@ def as_tensor(array: np.ndarray) -> torch.Tensor:
 class MmapDataset(Dataset):
     """Map-style dataset over a packed store. ``ds[i]`` is one sample; ``ds[list]`` a batch.
 
-    ``check="lazy"`` verifies each shard's checksum on first touch; ``"none"`` skips it
-    (sizes are still checked at open).
+    ``check="lazy"`` verifies each block of a shard the first time a read touches it (a format-1
+    store: each shard's SHA-256 on its first touch); ``"none"`` skips it (sizes are still checked
+    at open).
     """
 
     def __init__(self, path: str | Path, *, check: Literal["lazy", "none"] = "lazy") -> None:
@@ -60,10 +68,18 @@ class MmapDataset(Dataset):
         for shard in self.index.shards:
             for record in (shard.data, shard.offsets):
                 if record is not None:
-                    _check_size(self.path / record.name, record)
+                    check_size(self.path / record.name, record)
         self._starts = np.cumsum([0] + [s.samples for s in self.index.shards])  # (shards + 1,)
         self._open: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
+        self._heads: dict[int, tuple[int, int]] = {}
+        """Per open shard: where the array starts in its data file and in its offsets file (the .npy header)."""
         self._verified: set[int] = set()
+        """Format 1: the shards whose SHA-256 was checked."""
+        self._blocks: dict[int, tuple[BlockCheck, BlockCheck | None]] = {}
+        """Format 2: per shard touched, the verified blocks of its data file and its offsets file."""
+        self._sample_bytes = np.dtype(self.index.dtype).itemsize * int(np.prod(self.index.shape or (1,)))
+        if self.index.format_version == WHOLE_FILE_SHA256 and check == "lazy":
+            _note_old_format(self.path)
 
     def __len__(self) -> int:
         return self.index.num_samples
@@ -80,7 +96,9 @@ class MmapDataset(Dataset):
         data, offsets = self._shard(k)
         j = i - int(self._starts[k])
         if offsets is None:
+            self._verify_rows(k, np.array([j]))
             return as_tensor(data[j])  # a view into the mapping: no copy
+        self._verify_ragged(k, j, offsets)
         return as_tensor(data[offsets[j]:offsets[j + 1]])
 
     def get_batch(self, indices: Sequence[int] | np.ndarray | torch.Tensor) -> Any:
@@ -99,6 +117,7 @@ class MmapDataset(Dataset):
         local = idx - self._starts[shards]
         if idx.size and (shards == shards[0]).all():  # the common case: one gather, one copy
             data = self._shard(int(shards[0]))[0]
+            self._verify_rows(int(shards[0]), local)
             if local[-1] - local[0] == idx.size - 1 and (np.diff(local) == 1).all():
                 np.copyto(out, data[local[0]:local[-1] + 1])  # a contiguous run: a plain memcpy
             else:
@@ -108,7 +127,9 @@ class MmapDataset(Dataset):
             return as_tensor(out)
         for k in np.unique(shards):
             mask = shards == k
-            out[mask] = self._shard(int(k))[0][local[mask]]
+            data = self._shard(int(k))[0]
+            self._verify_rows(int(k), local[mask])
+            out[mask] = data[local[mask]]
         return as_tensor(out)
 
     def __getitems__(self, indices: list[int]) -> list[Any]:
@@ -124,9 +145,13 @@ class MmapDataset(Dataset):
         if self.index.ragged or np.dtype(self.index.dtype) not in _TORCH_DTYPES:
             return [self[int(i)] for i in idx]
         shards = np.searchsorted(self._starts, idx, side="right") - 1
-        local = (idx - self._starts[shards]).tolist()
-        mapped = {int(k): torch.from_numpy(self._shard(int(k))[0]) for k in np.unique(shards)}  # no copy
-        return [mapped[k][j] for k, j in zip(shards.tolist(), local, strict=True)]
+        local = idx - self._starts[shards]
+        touched = np.unique(shards)
+        mapped = {}
+        for k in touched.tolist():
+            mapped[k] = torch.from_numpy(self._shard(k)[0])  # no copy
+            self._verify_rows(k, local if touched.size == 1 else local[shards == k])
+        return [mapped[k][j] for k, j in zip(shards.tolist(), local.tolist(), strict=True)]
 
     def _checked(self, indices: Sequence[int] | np.ndarray | torch.Tensor) -> np.ndarray:
         """Indices as int64, negatives wrapped; IndexError naming the first out of range."""
@@ -142,17 +167,57 @@ class MmapDataset(Dataset):
             raise IndexError(f"index {i} is out of range for a store of {n} samples ({self.path}).")
         return i + n if i < 0 else i
 
+    def _verify_rows(self, k: int, local: np.ndarray) -> None:
+        """Fixed-shape samples ``local`` of shard ``k``: their blocks verified before they are read."""
+        checks = self._blocks.get(k)
+        if checks is None or checks[0].done:  # format 1, check="none", or every block verified already
+            return
+        start = self._heads[k][0] + local * self._sample_bytes  # each sample's first byte in the file
+        checks[0].ensure(start, start + self._sample_bytes)
+
+    def _verify_ragged(self, k: int, j: int, offsets: np.ndarray) -> None:
+        """Ragged sample ``j``: the blocks of its two offsets first, then those of its bytes."""
+        checks = self._blocks.get(k)
+        if checks is None or checks[1] is None:
+            return
+        head, offs_head = self._heads[k]
+        at = offs_head + j * offsets.itemsize
+        checks[1].ensure(np.array([at]), np.array([at + 2 * offsets.itemsize]))
+        itemsize = np.dtype(self.index.dtype).itemsize
+        lo, hi = head + int(offsets[j]) * itemsize, head + int(offsets[j + 1]) * itemsize
+        checks[0].ensure(np.array([lo]), np.array([hi]))
+
+    def _open_checks(self, k: int) -> tuple[BlockCheck, BlockCheck | None]:
+        if k not in self._blocks:
+            record, block_bytes = self.index.shards[k], self.index.block_bytes
+            assert block_bytes is not None  # format 2
+            self._blocks[k] = (BlockCheck(self.path / record.data.name, record.data, block_bytes),
+                               BlockCheck(self.path / record.offsets.name, record.offsets, block_bytes)
+                               if record.offsets else None)
+        return self._blocks[k]
+
     def _shard(self, k: int) -> tuple[np.ndarray, np.ndarray | None]:
         if k in self._open:
             return self._open[k]
         record = self.index.shards[k]
         files = [r for r in (record.data, record.offsets) if r is not None]
-        if self.check == "lazy" and k not in self._verified:
+        checks: tuple[BlockCheck, ...] = ()
+        if self.check == "lazy" and self.index.format_version == WHOLE_FILE_SHA256 and k not in self._verified:
             for r in files:
-                _check_checksum(self.path / r.name, r)
+                check_sha256(self.path / r.name, r)
             self._verified.add(k)
-        data = _load(self.path / record.data.name)
-        offsets = _load(self.path / record.offsets.name) if record.offsets else None
+        elif self.check == "lazy" and self.index.format_version != WHOLE_FILE_SHA256:
+            checks = tuple(c for c in self._open_checks(k) if c is not None)
+            for c in checks:  # the first block holds the .npy header, which np.load reads next
+                c.ensure(np.array([0]), np.array([1]))
+        data = load_shard(self.path / record.data.name)
+        offsets = load_shard(self.path / record.offsets.name) if record.offsets else None
+        heads = (_array_start(data), _array_start(offsets) if offsets is not None else 0)
+        for c, head in zip(checks, heads, strict=False):  # a header longer than a block (huge shapes)
+            c.ensure(np.array([0]), np.array([head]))
+        if offsets is not None and len(checks) == 2:  # the last offset is read just below
+            end = heads[1] + record.samples * offsets.itemsize
+            checks[1].ensure(np.array([end]), np.array([end + offsets.itemsize]))
         expected = (record.samples, *self.index.shape) if self.index.shape is not None else None
         if data.dtype != np.dtype(self.index.dtype) or (expected is not None and data.shape != expected):
             raise StoreError(f"{self.path / record.data.name} holds {data.dtype}{list(data.shape)}; the index "
@@ -162,93 +227,35 @@ class MmapDataset(Dataset):
             raise StoreError(f"{self.path / record.offsets.name} does not match its data shard "
                              f"({offsets.shape[0]} offsets for {record.samples} samples).\nTip: re-pack the store.")
         self._open[k] = (data, offsets)
+        self._heads[k] = heads
         return data, offsets
 
     def __getstate__(self) -> dict[str, Any]:
         # Workers re-map the files themselves: pickling an open memmap would copy its data.
         # Checksums already verified here need not be recomputed in every worker.
         state = dict(self.__dict__)
-        state["_open"] = {}
+        state["_open"], state["_heads"] = {}, {}
         return state
+
+
+_NOTED: set[Path] = set()
+
+
+def _note_old_format(path: Path) -> None:
+    """One line per store and process: format 1 still loads, and how to upgrade it."""
+    if path.resolve() not in _NOTED:
+        _NOTED.add(path.resolve())
+        logger.warning("%s is a format-1 store (torchsmith 0.1.0): each shard's SHA-256 is checked on its first "
+                       "touch, which reads the whole shard. `torchsmith data upgrade %s` switches it in place to "
+                       "block checksums verified as they are read.", path, path)
+
+
+def _array_start(array: np.ndarray) -> int:
+    """Where a mapped ``.npy`` array's data starts in its file: the header's length."""
+    return int(getattr(array, "offset", 0))
 
 
 def _empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     if get_worker_info() is not None and dtype in _TORCH_DTYPES:
         return torch.from_numpy(np.empty(0, dtype)).new_empty(shape).share_memory_().numpy()
     return np.empty(shape, dtype)
-
-
-def _load(path: Path) -> np.ndarray:
-    try:
-        return np.load(path, mmap_mode="c", allow_pickle=False)
-    except FileNotFoundError:
-        raise StoreError(f"shard {path} is missing.\nTip: re-pack the store; "
-                         f"`torchsmith data verify {path.parent}` lists every problem.") from None
-    except ValueError as err:
-        raise StoreError(f"shard {path} is not a readable .npy file ({err}).\nTip: re-pack the store.") from None
-
-
-def _check_size(path: Path, record: FileRecord) -> None:
-    if not path.is_file():
-        raise StoreError(f"shard {path} is missing (the index lists it).\n"
-                         f"Tip: re-pack the store; `torchsmith data verify {path.parent}` lists every problem.")
-    size = path.stat().st_size
-    if size != record.bytes:
-        what = "truncated" if size < record.bytes else "longer than written"
-        raise StoreError(f"shard {path} is {what}: {size} bytes, the index says {record.bytes}.\n"
-                         "Tip: re-pack the store; an interrupted copy leaves truncated files.")
-
-
-def _check_checksum(path: Path, record: FileRecord) -> None:
-    digest = file_sha256(path)
-    if digest != record.sha256:
-        raise StoreError(f"shard {path} fails its checksum: sha256 {digest[:16]}..., the index says "
-                         f"{record.sha256[:16]}....\nTip: the file changed after packing; re-pack the store.")
-
-
-@dataclass
-class VerifyReport:
-    path: Path
-    num_samples: int
-    files_checked: int = 0
-    bytes_checked: int = 0
-    seconds: float = 0.0
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-
-def verify_store(path: str | Path, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
-    """Check every shard: presence, size, SHA-256 and ``.npy`` header; collect all problems.
-
-    >>> verify_store("store/").ok
-    True
-    """
-    path = Path(path)
-    index = read_index(path)  # an unreadable index is one problem that stops the check
-    report = VerifyReport(path=path, num_samples=index.num_samples)
-    start = time.perf_counter()
-    records = [r for s in index.shards for r in (s.data, s.offsets) if r is not None]
-    for n, record in enumerate(records):
-        file = path / record.name
-        try:
-            _check_size(file, record)
-            _check_checksum(file, record)
-            _load(file)
-            report.files_checked += 1
-            report.bytes_checked += record.bytes
-        except StoreError as err:
-            report.problems.append(first_line(err))
-        if progress:
-            progress(n + 1, len(records))
-    if report.ok:
-        try:  # headers agree with the index (dtype, shape, offsets)
-            ds = MmapDataset(path, check="none")
-            for k in range(len(index.shards)):
-                ds._shard(k)
-        except StoreError as err:
-            report.problems.append(first_line(err))
-    report.seconds = time.perf_counter() - start
-    return report

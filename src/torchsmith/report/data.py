@@ -30,10 +30,22 @@ def render_verify(report: Any, console: Console) -> None:
         console.print(f"[bold green]ok[/] {escape(str(report.path))}: {report.num_samples} samples, "
                       f"{report.files_checked} files, {fmt_bytes(report.bytes_checked)} checked in "
                       f"{fmt_seconds(report.seconds)}")
+    else:
+        console.print(f"[bold red]{len(report.problems)} problem(s)[/] in {escape(str(report.path))}:")
+        for problem in report.problems:
+            console.print(f"  - {escape(problem)}")
+    for note in report.notes:
+        console.print(f"  note: {escape(note)}", style="dim")
+
+
+def render_upgrade(result: Any, console: Console) -> None:
+    if not result.upgraded:
+        console.print(f"{escape(str(result.path))} already has block checksums (format "
+                      f"{result.index.format_version}): nothing to do")
         return
-    console.print(f"[bold red]{len(report.problems)} problem(s)[/] in {escape(str(report.path))}:")
-    for problem in report.problems:
-        console.print(f"  - {escape(problem)}")
+    console.print(f"[bold green]upgraded[/] {escape(str(result.path))} to format {result.index.format_version}: "
+                  f"{fmt_bytes(result.bytes_hashed)} checked and re-hashed in blocks of "
+                  f"{fmt_bytes(result.index.block_bytes)} in {fmt_seconds(result.seconds)}")
 
 
 def render_tune(result: Any, console: Console, plan_path: Path | None = None) -> None:
