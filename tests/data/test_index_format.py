@@ -102,3 +102,51 @@ def test_format_1_fixtures_parse_to_what_they_say(tmp_path):
     ragged = read_index(FIXTURES / "v1_ragged")
     assert ragged.ragged and ragged.shards[0].offsets is not None and ragged.num_samples == 4
     assert np.dtype(ragged.dtype) == np.uint8
+
+
+@pytest.fixture(scope="module")
+def v2_store(tmp_path_factory) -> Path:
+    from torchsmith.data.pack import pack_arrays
+
+    dest = tmp_path_factory.mktemp("v2") / "v2"
+    pack_arrays(np.arange(3000, dtype=np.float32).reshape(1000, 3), dest, shard_bytes=6000, block_bytes=4096)
+    return dest
+
+
+V2_CASES = [
+    (_set("block_hash", ...), "key 'block_hash' is missing"),
+    (_set("block_bytes", ...), "key 'block_bytes' is missing"),
+    (_set("block_hash", "sha256"), "block_hash is 'sha256', expected 'xxh3-128'"),
+    (_set("block_bytes", 1000), "block_bytes is 1000, expected a power of two >= 4096"),
+    (_set("block_bytes", 0), "block_bytes is 0, expected a power of two >= 4096"),
+    (_set("block_bytes", 4096.0), "block_bytes is 4096.0, expected a power of two >= 4096"),
+    (_set("shards.0.data.sha256", "0" * 64),
+     "shards[0].data is {'name': 'shard_00000.npy', 'bytes': 6128, 'blocks': '"),
+    (_set("shards.0.data.blocks", "xyz"), "shards[0].data.blocks is 'xyz', expected 32 hex digits per block"),
+    (_set("shards.0.data.blocks", 7), "shards[0].data.blocks is 7, expected 32 hex digits per block"),
+    (_set("shards.0.data.blocks", "0" * 32), "shards[0].data.blocks holds 1 block digest(s), but 6128 bytes in "
+                                             "blocks of 4096 make 2"),
+    (_set("block_bytes", 8192),
+     "shards[0].data.blocks holds 2 block digest(s), but 6128 bytes in blocks of 8192 make 1"),
+    (_set("shards.0.data.bytes", -1), "shards[0].data.bytes is -1, expected an integer >= 0"),
+    (_set("shards.0.data.name", "index.json"),
+     "shards[0].data.name is 'index.json', expected shard_N.npy or shard_N.offs.npy in the store"),
+]
+
+
+@pytest.mark.parametrize(("edit", "message"), V2_CASES, ids=[c[1][:40] for c in V2_CASES])
+def test_a_damaged_field_of_a_format_2_index_is_named(tmp_path, v2_store, edit, message):
+    dest = tmp_path / "s"
+    shutil.copytree(v2_store, dest)
+    index = json.loads((dest / INDEX_NAME).read_text())
+    (dest / INDEX_NAME).write_text(json.dumps(edit(index)))
+    with pytest.raises(StoreError) as err:
+        read_index(dest)
+    assert str(err.value).startswith(f"{dest / INDEX_NAME} is not a valid store index: {message}"), str(err.value)
+    assert str(err.value).endswith(TIP)
+
+
+def test_a_format_2_index_round_trips(v2_store):
+    index = read_index(v2_store)
+    assert (index.format_version, index.block_bytes, len(index.shards), index.meta) == (2, 4096, 2, {})
+    assert json.loads((v2_store / INDEX_NAME).read_text()) == index.to_json()

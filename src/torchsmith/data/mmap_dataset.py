@@ -34,9 +34,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
-from torchsmith.data.block_check import BlockCheck
+from torchsmith.data.block_check import BlockCheck, ensure_many
 from torchsmith.data.index_format import WHOLE_FILE_SHA256
-from torchsmith.data.shard_files import check_sha256, check_size, load_shard
+from torchsmith.data.shard_files import check_sha256, check_size, load_shard, prefetch_headers
 from torchsmith.data.store import StoreError, StoreIndex, read_index
 
 logger = logging.getLogger(__name__)
@@ -125,10 +125,12 @@ class MmapDataset(Dataset):
                 # (mode="raise" would gather into a temporary buffer and copy it again).
                 np.take(data, local, axis=0, out=out, mode="clip")
             return as_tensor(out)
-        for k in np.unique(shards):
+        touched = np.unique(shards)
+        self._prefetch_unopened(touched)
+        mapped = {k: self._shard(k)[0] for k in touched.tolist()}
+        ensure_many([self._rows_missing(k, local[shards == k]) for k in mapped])
+        for k, data in mapped.items():
             mask = shards == k
-            data = self._shard(int(k))[0]
-            self._verify_rows(int(k), local[mask])
             out[mask] = data[local[mask]]
         return as_tensor(out)
 
@@ -147,10 +149,9 @@ class MmapDataset(Dataset):
         shards = np.searchsorted(self._starts, idx, side="right") - 1
         local = idx - self._starts[shards]
         touched = np.unique(shards)
-        mapped = {}
-        for k in touched.tolist():
-            mapped[k] = torch.from_numpy(self._shard(k)[0])  # no copy
-            self._verify_rows(k, local if touched.size == 1 else local[shards == k])
+        self._prefetch_unopened(touched)
+        mapped = {k: torch.from_numpy(self._shard(k)[0]) for k in touched.tolist()}  # no copy
+        ensure_many([self._rows_missing(k, local if touched.size == 1 else local[shards == k]) for k in mapped])
         return [mapped[k][j] for k, j in zip(shards.tolist(), local.tolist(), strict=True)]
 
     def _checked(self, indices: Sequence[int] | np.ndarray | torch.Tensor) -> np.ndarray:
@@ -169,11 +170,19 @@ class MmapDataset(Dataset):
 
     def _verify_rows(self, k: int, local: np.ndarray) -> None:
         """Fixed-shape samples ``local`` of shard ``k``: their blocks verified before they are read."""
+        ensure_many([self._rows_missing(k, local)])
+
+    def _rows_missing(self, k: int, local: np.ndarray) -> tuple[BlockCheck | None, np.ndarray]:
+        """The unverified blocks that samples ``local`` of open shard ``k`` lie in (and the header's)."""
         checks = self._blocks.get(k)
         if checks is None or checks[0].done:  # format 1, check="none", or every block verified already
-            return
-        start = self._heads[k][0] + local * self._sample_bytes  # each sample's first byte in the file
-        checks[0].ensure(start, start + self._sample_bytes)
+            return _NOTHING
+        head = self._heads[k][0]
+        start = head + local * self._sample_bytes  # each sample's first byte in the file
+        stop = start + self._sample_bytes
+        if not checks[0].verified[0]:  # the header, which np.load parsed: verified with the first read
+            start, stop = np.append(start, 0), np.append(stop, head)
+        return checks[0], checks[0].missing(start, stop)
 
     def _verify_ragged(self, k: int, j: int, offsets: np.ndarray) -> None:
         """Ragged sample ``j``: the blocks of its two offsets first, then those of its bytes."""
@@ -182,10 +191,17 @@ class MmapDataset(Dataset):
             return
         head, offs_head = self._heads[k]
         at = offs_head + j * offsets.itemsize
-        checks[1].ensure(np.array([at]), np.array([at + 2 * offsets.itemsize]))
+        checks[1].ensure(np.array([0, at]), np.array([offs_head, at + 2 * offsets.itemsize]))  # header, 2 offsets
         itemsize = np.dtype(self.index.dtype).itemsize
         lo, hi = head + int(offsets[j]) * itemsize, head + int(offsets[j + 1]) * itemsize
-        checks[0].ensure(np.array([lo]), np.array([hi]))
+        checks[0].ensure(np.array([0, lo]), np.array([head, hi]))
+
+    def _prefetch_unopened(self, shards: np.ndarray) -> None:
+        """Before a batch opens several shards: their headers requested from the disk at once."""
+        unopened = [k for k in shards.tolist() if k not in self._open]
+        if len(unopened) > 1:
+            prefetch_headers(self.path / r.name for k in unopened
+                             for r in (self.index.shards[k].data, self.index.shards[k].offsets) if r is not None)
 
     def _open_checks(self, k: int) -> tuple[BlockCheck, BlockCheck | None]:
         if k not in self._blocks:
@@ -208,16 +224,26 @@ class MmapDataset(Dataset):
             self._verified.add(k)
         elif self.check == "lazy" and self.index.format_version != WHOLE_FILE_SHA256:
             checks = tuple(c for c in self._open_checks(k) if c is not None)
-            for c in checks:  # the first block holds the .npy header, which np.load reads next
-                c.ensure(np.array([0]), np.array([1]))
+        # The headers are verified with the first read's blocks (so that, from a cold disk, they are
+        # fetched together), but np.load parses them now: if they do not parse or do not match the
+        # index, a damaged block says more than the parse error, so it is looked for first.
+        try:
+            opened = self._open_files(k)
+        except StoreError:
+            for c in checks:
+                bad = c.ensure_all()
+                c.verify(np.array(bad[:1], np.int64))  # raises naming the first damaged block, if any
+            raise
+        self._open[k] = opened[0]
+        self._heads[k] = opened[1]
+        return opened[0]
+
+    def _open_files(self, k: int) -> tuple[tuple[np.ndarray, np.ndarray | None], tuple[int, int]]:
+        """Shard ``k`` mapped, its headers matching the index; and where its arrays start in the files."""
+        record = self.index.shards[k]
         data = load_shard(self.path / record.data.name)
         offsets = load_shard(self.path / record.offsets.name) if record.offsets else None
         heads = (_array_start(data), _array_start(offsets) if offsets is not None else 0)
-        for c, head in zip(checks, heads, strict=False):  # a header longer than a block (huge shapes)
-            c.ensure(np.array([0]), np.array([head]))
-        if offsets is not None and len(checks) == 2:  # the last offset is read just below
-            end = heads[1] + record.samples * offsets.itemsize
-            checks[1].ensure(np.array([end]), np.array([end + offsets.itemsize]))
         expected = (record.samples, *self.index.shape) if self.index.shape is not None else None
         if data.dtype != np.dtype(self.index.dtype) or (expected is not None and data.shape != expected):
             raise StoreError(f"{self.path / record.data.name} holds {data.dtype}{list(data.shape)}; the index "
@@ -226,9 +252,7 @@ class MmapDataset(Dataset):
                 offsets.shape != (record.samples + 1,) or offsets[-1] != data.shape[0]):
             raise StoreError(f"{self.path / record.offsets.name} does not match its data shard "
                              f"({offsets.shape[0]} offsets for {record.samples} samples).\nTip: re-pack the store.")
-        self._open[k] = (data, offsets)
-        self._heads[k] = heads
-        return data, offsets
+        return (data, offsets), heads
 
     def __getstate__(self) -> dict[str, Any]:
         # Workers re-map the files themselves: pickling an open memmap would copy its data.
@@ -238,6 +262,8 @@ class MmapDataset(Dataset):
         return state
 
 
+_NOTHING: tuple[BlockCheck | None, np.ndarray] = (None, np.empty(0, np.int64))
+"""A read with nothing to verify (see ``ensure_many``, which skips pairs without blocks)."""
 _NOTED: set[Path] = set()
 
 
