@@ -69,3 +69,24 @@ def test_plain_dataloader_uses_one_batched_read_per_batch(tmp_path, monkeypatch)
     assert all(torch.equal(a, b) for a, b in zip(batches, reference, strict=True))
     with pytest.raises(IndexError, match="index 300 is out of range"):
         ds.__getitems__([0, 300])
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_a_damaged_block_read_in_a_dataloader_worker_names_the_block_in_the_trainer(tmp_path):
+    # Real worker processes: each verifies its own reads, and the error crosses back whole.
+    data = np.arange(4000 * 256, dtype=np.float32).reshape(4000, 256)  # 1 KiB a sample, 1000 blocks of 4 KiB
+    pack_arrays(data, tmp_path / "s", block_bytes=4096)
+    shard = tmp_path / "s" / "shard_00000.npy"
+    raw = bytearray(shard.read_bytes())
+    raw[500 * 4096 + 9] ^= 0x04
+    shard.write_bytes(bytes(raw))
+    ds = MmapDataset(tmp_path / "s")
+    head = int(np.load(shard, mmap_mode="r").offset)
+    clean = [i for i in range(4000) if (head + (i + 1) * 1024 - 1) // 4096 != 500 and (head + i * 1024) // 4096 != 500]
+    loader = DataLoader(torch.utils.data.Subset(ds, clean), batch_size=64, num_workers=2)
+    assert sum(b.shape[0] for b in loader) == len(clean)  # every other block reads fine in the workers
+    with pytest.raises(StoreError, match=r"shard_00000\.npy fails its checksum in block 500 of 1001 \(bytes "
+                                         r"2048000-2052095\)"):
+        for _ in DataLoader(ds, batch_size=64, shuffle=True, num_workers=2):
+            pass

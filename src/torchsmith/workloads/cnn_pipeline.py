@@ -46,6 +46,7 @@ from torch.utils.data import Dataset
 from torchsmith.data.loader import Loader, LoaderArgs, make_loader
 from torchsmith.data.mmap_dataset import MmapDataset
 from torchsmith.data.store import StoreError, StoreWriter, read_index
+from torchsmith.data.upgrade import upgrade_store
 from torchsmith.plan import LoaderConfig
 
 STREAM_AUGMENT = 13
@@ -94,7 +95,8 @@ def image_store(key: str, images: Callable[[], Iterable[torch.Tensor | np.ndarra
     digest = hashlib.sha256(f"{key} jpeg q{quality}".encode()).hexdigest()[:20]
     final = cache_dir() / f"images-jpeg-{digest}"
     try:
-        read_index(final)
+        if read_index(final).block_bytes is None:  # cached by torchsmith 0.1.0 (format 1): re-indexed, once
+            upgrade_store(final)
         return final
     except StoreError:
         pass
