@@ -223,3 +223,26 @@ def test_cli_upgrade_and_verify(tmp_path):
     r = runner.invoke(app, ["data", "verify", str(dest)])
     flat = " ".join(r.output.split())  # rich wraps long lines at spaces
     assert r.exit_code == 1 and "fails its checksum in 1 of 1 block(s): 0 (bytes 0-223)" in flat, r.output
+
+
+def test_a_cached_format_1_image_store_is_upgraded_once_on_use(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from torchsmith.data.index_format import FileRecord
+    from torchsmith.data.store import file_sha256, write_index
+    from torchsmith.workloads.cnn_pipeline import image_store
+
+    monkeypatch.setenv("TORCHSMITH_CACHE_DIR", str(tmp_path))
+    images = np.random.default_rng(0).integers(0, 255, (6, 3, 8, 8), dtype=np.uint8)
+    path = image_store("test-upgrade", lambda: [images])
+    # Rewrite its index as torchsmith 0.1.0 wrote it (the format of fixtures/v1_*): one SHA-256 per file.
+    index = read_index(path)
+    old = replace(index, format_version=WHOLE_FILE_SHA256, block_bytes=None, shards=tuple(
+        replace(s, data=FileRecord(name=s.data.name, bytes=s.data.bytes, sha256=file_sha256(path / s.data.name)),
+                offsets=FileRecord(name=s.offsets.name, bytes=s.offsets.bytes,
+                                   sha256=file_sha256(path / s.offsets.name)) if s.offsets else None)
+        for s in index.shards))
+    write_index(path, old)
+    assert read_index(path).format_version == WHOLE_FILE_SHA256
+    assert image_store("test-upgrade", lambda: pytest.fail("a cached store is not rebuilt")) == path
+    assert read_index(path).format_version == FORMAT_VERSION and read_index(path).meta == index.meta
