@@ -26,6 +26,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -77,6 +78,8 @@ class MmapDataset(Dataset):
         """Format 1: the shards whose SHA-256 was checked."""
         self._blocks: dict[int, tuple[BlockCheck, BlockCheck | None]] = {}
         """Format 2: per shard touched, the verified blocks of its data file and its offsets file."""
+        self._lock = threading.Lock()
+        """Threads reading one shard for the first time must share one BlockCheck, not make two."""
         self._sample_bytes = np.dtype(self.index.dtype).itemsize * int(np.prod(self.index.shape or (1,)))
         if self.index.format_version == WHOLE_FILE_SHA256 and check == "lazy":
             _note_old_format(self.path)
@@ -204,13 +207,14 @@ class MmapDataset(Dataset):
                              for r in (self.index.shards[k].data, self.index.shards[k].offsets) if r is not None)
 
     def _open_checks(self, k: int) -> tuple[BlockCheck, BlockCheck | None]:
-        if k not in self._blocks:
-            record, block_bytes = self.index.shards[k], self.index.block_bytes
-            assert block_bytes is not None  # format 2
-            self._blocks[k] = (BlockCheck(self.path / record.data.name, record.data, block_bytes),
-                               BlockCheck(self.path / record.offsets.name, record.offsets, block_bytes)
-                               if record.offsets else None)
-        return self._blocks[k]
+        with self._lock:
+            if k not in self._blocks:
+                record, block_bytes = self.index.shards[k], self.index.block_bytes
+                assert block_bytes is not None  # format 2
+                self._blocks[k] = (BlockCheck(self.path / record.data.name, record.data, block_bytes),
+                                   BlockCheck(self.path / record.offsets.name, record.offsets, block_bytes)
+                                   if record.offsets else None)
+            return self._blocks[k]
 
     def _shard(self, k: int) -> tuple[np.ndarray, np.ndarray | None]:
         if k in self._open:
@@ -258,8 +262,12 @@ class MmapDataset(Dataset):
         # Workers re-map the files themselves: pickling an open memmap would copy its data.
         # Checksums already verified here need not be recomputed in every worker.
         state = dict(self.__dict__)
-        state["_open"], state["_heads"] = {}, {}
+        state["_open"], state["_heads"], state["_lock"] = {}, {}, None
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
 
 _NOTHING: tuple[BlockCheck | None, np.ndarray] = (None, np.empty(0, np.int64))
