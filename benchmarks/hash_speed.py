@@ -9,7 +9,7 @@ worker or the main process runs it.
 
     PYTHONPATH=src .venv/bin/python benchmarks/hash_speed.py [--mib 256] [--rounds 5]
 
-Needs ``pip install blake3 xxhash crc32c google-crc32c`` (blake3 is a torchsmith dependency; the others
+Needs ``pip install blake3 xxhash crc32c google-crc32c`` (xxhash is a torchsmith dependency; the others
 are only for this comparison).
 """
 
