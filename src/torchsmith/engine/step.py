@@ -159,16 +159,7 @@ def prepare(plan: Plan, model: nn.Module, optimizer: torch.optim.Optimizer, loss
 
 class _NullTimer(PhaseTimer):
     def phase(self, name: str):  # type: ignore[override]
-        return _NULL_CTX
+        return nullcontext()
 
 
-class _NullCtx:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-_NULL_CTX = _NullCtx()
 _NULL_TIMER = _NullTimer()
