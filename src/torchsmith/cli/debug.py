@@ -88,7 +88,6 @@ def nan_command(
     from torchsmith.batch import to_device
     from torchsmith.debug.nan_sentinel import NaNSentinel
     from torchsmith.engine.loop import build_step, resolve_device
-    from torchsmith.engine.step import _NULL_TIMER, _accumulate
     from torchsmith.plan import Plan
     from torchsmith.report.console import console
     from torchsmith.report.debug import render_finding, step_progress
@@ -97,19 +96,16 @@ def nan_command(
     with user_errors():
         w = load_workload(workload)
         step = build_step(w, Plan(), resolve_device(device))
-        parts, batches, finding, done = step.parts, w.cycle(), None, 0
+        batches, finding, done = w.cycle(), None, 0
         with NaNSentinel(step.model) as sentinel, \
                 step_progress(f"{w.name}: NaN sentinel", steps, quiet=as_json) as advance:
             for _ in range(steps):
-                batch = to_device(next(batches), parts.device)
-                finding = sentinel.watch(lambda: _accumulate(parts, batch, _NULL_TIMER))  # noqa: B023 - watch calls it before returning
+                batch = to_device(next(batches), step.parts.device)  # the copy is not what is watched
+                finding = sentinel.watch(lambda: step.forward_backward(batch))  # noqa: B023 - watch calls it before returning
                 done += 1
                 if finding is not None:
                     break
-                parts.optimizer.step()
-                parts.optimizer.zero_grad(set_to_none=True)
-                if parts.scheduler is not None:
-                    parts.scheduler.step()
+                step.optimizer_step()
                 advance()
     if as_json:
         typer.echo(json.dumps({"workload": w.name, "steps_run": done,

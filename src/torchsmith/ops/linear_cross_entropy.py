@@ -67,7 +67,7 @@ def default_chunk_size(n_rows: int, vocab: int, hidden: int) -> int:
 
 
 @torch.library.custom_op("torchsmith::linear_cross_entropy", mutates_args=())
-def _linear_cross_entropy_op(
+def linear_cross_entropy_op(
     x: Tensor, weight: Tensor, target: Tensor, bias: Tensor | None, chunk_size: int,
     ignore_index: int, label_smoothing: float, reduction: str, compute_grad: bool,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -128,7 +128,7 @@ def _linear_cross_entropy_op(
     return loss, grad_x, grad_w, grad_b
 
 
-@_linear_cross_entropy_op.register_fake
+@linear_cross_entropy_op.register_fake
 def _(x, weight, target, bias, chunk_size, ignore_index, label_smoothing, reduction, compute_grad):
     loss = x.new_empty((), dtype=torch.promote_types(x.dtype, torch.float32))
     if not compute_grad:
@@ -161,7 +161,7 @@ def _backward(ctx, grad_loss, _gx, _gw, _gb):
     return gx, gw, None, gb, None, None, None, None, None
 
 
-_linear_cross_entropy_op.register_autograd(_backward, setup_context=_setup_context)
+linear_cross_entropy_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 def linear_cross_entropy(
@@ -215,7 +215,7 @@ def linear_cross_entropy(
         x2, weight = x2.to(dtype), weight.to(dtype)
         bias = bias.to(dtype) if bias is not None else None
     with torch.autocast(device_type, enabled=False):
-        loss, *_ = _linear_cross_entropy_op(
+        loss, *_ = linear_cross_entropy_op(
             x2, weight, t1, bias, int(chunk_size), int(ignore_index), float(label_smoothing), reduction, needs_grad
         )
     return loss

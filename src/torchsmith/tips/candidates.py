@@ -110,7 +110,7 @@ def measure_candidates(workload: Workload, *, steps: int = 6, warmup: int = 2, d
         progress = (lambda done, _, i=i: on_step(i * per_pair + done, total)) if on_step else None
         base, m = measure_plans(workload, [Plan(), c.plan], warmup=warmup, steps=steps, device=device,
                                 on_step=progress)
-        rows.append(_row(c, m, base))
+        rows.append(tip_row(c, m, base))
         baselines.append(base)
     if not cands:
         baselines = measure_plans(workload, [Plan()], warmup=warmup, steps=steps, device=device, on_step=on_step)
@@ -128,7 +128,9 @@ def _pool(baselines: list[PlanMeasurement]) -> PlanMeasurement:
                                peak_memory_bytes=max(peaks) if peaks else None)
 
 
-def _row(c: TipCandidate, m: PlanMeasurement, base: PlanMeasurement) -> TipRow:
+def tip_row(c: TipCandidate, m: PlanMeasurement, base: PlanMeasurement) -> TipRow:
+    """One candidate's row: its speed and memory against ``base``'s, measured in the same rounds."""
+
     def ratio(a: float | None, b: float | None) -> float | None:
         return a / b if a and b else None
 
