@@ -230,7 +230,7 @@ def _fixes(model: nn.Module | None, acts: int, saved: int, saved_fp32: int, acts
             "half the samples per pass, same gradients"),
         Fix("activation checkpointing", int(saved * (1 - kept)),
             f"recompute {'each of the ' + str(blocks) + ' blocks' if blocks > 1 else 'the model'} in backward "
-            "(~20-35% more step time)"),
+            "(one more forward of each block)"),
         Fix("saved-tensor compression", saved_fp32 // 2, "store fp32 tensors saved for backward in bf16 "
             "(torch.autograd.graph.saved_tensors_hooks)"),
         Fix("bf16 autocast", acts_fp32 // 2, "Plan(precision=Autocast(dtype='bfloat16')): 16-bit activations "

@@ -14,7 +14,7 @@ count and dtype; and :func:`checked_mfu` measures the peak again when a figure w
 
 Example::
 
-    peak = machine_peak_flops("cpu")            # ~1.5 s the first time, then cached
+    peak = machine_peak_flops("cpu")            # measured the first time (_BUDGET_S), then cached
     mfu(stats.total, step_seconds, peak)  # stats from count_flops
 """
 
@@ -42,8 +42,8 @@ __all__ = ["PeakFlops", "machine_peak_flops", "mfu", "checked_mfu", "cache_path"
 CACHE_ENV = "TORCHSMITH_CACHE_DIR"
 CACHE_FILE = "peak_flops.json"
 
-# Sizes tried, smallest first. CPU: 1024^3 fp32 is ~2 GFLOP, tens of ms on a laptop
-# core. CUDA: big enough to saturate tensor cores, small enough to stay well under 1 s.
+# Sizes tried, smallest first. CPU: 1024^3 fp32 is ~2 GFLOP. CUDA: big enough to saturate
+# tensor cores, small enough to stay well under 1 s.
 _SIZES = {"cpu": (256, 512, 1024), "cuda": (2048, 4096, 8192)}
 _BUDGET_S = {"cpu": 1.5, "cuda": 2.0}
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
@@ -144,7 +144,7 @@ def _measure(device: torch.device, dtype: torch.dtype, budget_s: float) -> tuple
         flops = 2 * n**3
         if best_rate > 0:
             # Skip a size whose rounds would overrun the budget at the rate seen so
-            # far (a CPU without bf16 hardware can be 30x slower than in fp32).
+            # far (a CPU without bf16 hardware runs bf16 many times slower than fp32).
             predicted = (_ROUNDS * max(_ROUND_S, flops / best_rate)) + flops / best_rate
             if time.perf_counter() + predicted > deadline:
                 break
@@ -178,7 +178,7 @@ def machine_peak_flops(
     refresh: bool = False,
     threads: int | None = None,
 ) -> PeakFlops:
-    """Peak matmul FLOP/s of ``device`` in ``dtype``, from the cache or measured (~1.5 s on CPU).
+    """Peak matmul FLOP/s of ``device`` in ``dtype``, from the cache or measured (within ``_BUDGET_S``).
 
     The CPU figure is for the current ``torch.get_num_threads()``; change the thread
     count and it is measured again. Other processes on the same cores lower it (see
