@@ -1,6 +1,6 @@
 """Each registered transform alone against the eager fp32 baseline, measured side by side.
 
-The candidates come from the transforms' own registry (``tune.space``), so a new
+The candidates come from the transforms' own registry (``engine.space``), so a new
 transform shows up here without a change to this file. Every candidate plan differs
 from ``Plan()`` in exactly one knob, and all of them run interleaved in one process from
 the same seed over the same batches (:func:`torchsmith.harness.compare.measure_plans`),
