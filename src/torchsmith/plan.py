@@ -222,7 +222,8 @@ class LossImpl(_Config):
     impl: Literal["standard", "chunked"] = "standard"
     """standard: the workload's loss as written, with the full (tokens, vocab) logits. chunked:
     ``ops.linear_cross_entropy`` over row chunks, never holding the logits: much less memory when
-    vocab >> model width (~79% less peak for the loss at vocab 32k), more when vocab < width.
+    vocab >> model width (``benchmarks/linear_cross_entropy.py`` measures it at vocab 32k), more
+    when vocab < width.
     Needs ``model.lm_head`` (nn.Linear) applied last and (inputs, targets) batches."""
     chunk_size: int | None = field(default=None, metadata=_range(1, 1 << 24))
     """Tokens per chunk. None: chunks of logits about max(tokens x width, 16Mi) elements. Smaller
@@ -240,7 +241,7 @@ class NoCheckpointing(_Config):
 class CheckpointBlocks(_Config):
     """Activation checkpointing of ``model.blocks``: a checkpointed block keeps only its input and
     recomputes its forward during backward. Saves ~all of the block's activations for ~one extra
-    forward of it (~20-35% step time when every block is checkpointed)."""
+    forward of it (``benchmarks/activation_memory.py`` measures both when every block is checkpointed)."""
 
     kind: ClassVar[str] = "blocks"
     every: int = field(default=1, metadata=_range(1, 1024))

@@ -79,3 +79,28 @@ def test_step_revert_restores_the_optimizer_flags():
     assert all(g["foreach"] is True for g in opt.param_groups)
     step.revert()
     assert [g["foreach"] for g in opt.param_groups] == [b["foreach"] for b in before]
+
+
+def test_forward_backward_then_optimizer_step_is_the_whole_step():
+    # The two halves debug nan uses, with micro-batches and a schedule: the same losses and
+    # parameters as step(batch), bit for bit.
+    def prepared():
+        model = _model()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+        return model, torchsmith.prepare(Plan(microbatching=MicroBatching(count=2)), model, opt, loss_fn,
+                                         scheduler=sched)
+
+    whole_model, whole = prepared()
+    whole_losses = [whole(b).item() for b in _batches()]
+    split_model, split = prepared()
+    split_losses = []
+    for b in _batches():
+        split_losses.append(split.forward_backward(b).item())
+        assert all(p.grad is not None for p in split_model.parameters())  # accumulated, not yet applied
+        split.optimizer_step()
+        assert all(p.grad is None for p in split_model.parameters())  # zero_grad(set_to_none) ran
+    assert split_losses == whole_losses
+    assert split.optimizer.param_groups[0]["lr"] == whole.optimizer.param_groups[0]["lr"] == 1e-2 * 0.5 ** 5
+    for p, q in zip(split_model.parameters(), whole_model.parameters(), strict=True):
+        assert torch.equal(p, q)

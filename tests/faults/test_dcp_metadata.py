@@ -12,7 +12,7 @@ from torchsmith.distributed.checkpoint import (
     MARKER,
     DistCheckpointer,
     DistCheckpointError,
-    _digest,
+    file_digest,
     list_steps,
     load_model_tensors,
 )
@@ -40,7 +40,7 @@ def _poison(step_dir, marker):
     _Payload.marker = marker
     (step_dir / ".metadata").write_bytes(pickle.dumps(_Payload()))
     info = json.loads((step_dir / MARKER).read_text())
-    info["files"][".metadata"] = _digest(step_dir / ".metadata")
+    info["files"][".metadata"] = file_digest(step_dir / ".metadata")
     (step_dir / MARKER).write_text(json.dumps(info))
 
 

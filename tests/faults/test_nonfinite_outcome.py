@@ -8,7 +8,8 @@ from fault_helpers import cli, tiny, write_workload_file
 
 from torchsmith.engine.checkpoint import list_checkpoints
 from torchsmith.engine.loop import RunFailedError, run
-from torchsmith.harness.compare import PlanMeasurement, _max_or_nan, _param_rel_diff
+from torchsmith.harness.compare import PlanMeasurement, param_distance
+from torchsmith.harness.loss_guard import compare_losses
 from torchsmith.plan import Plan
 from torchsmith.tuner.guard import GuardConfig, guard_rejection
 
@@ -83,6 +84,6 @@ def test_guard_rejects_nonfinite_losses_and_parameters_with_the_reason():
 
 def test_comparison_does_not_let_max_skip_nan():
     assert max([0.1, math.nan]) == 0.1  # the trap: builtin max() drops a NaN that is not first
-    assert math.isnan(_max_or_nan(iter([0.1, math.nan, 0.2])))
+    assert math.isnan(compare_losses([0.1, math.nan, 0.2], [1.0, 1.0, 1.0]).rel_diff)
     a, b, p0 = [torch.tensor([math.nan, 1.0])], [torch.tensor([1.0, 1.0])], [torch.zeros(2)]
-    assert math.isnan(_param_rel_diff(a, b, p0))
+    assert math.isnan(param_distance(a, b, p0))

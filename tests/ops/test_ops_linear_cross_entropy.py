@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from torchsmith.measure.memory import track_peak_memory
-from torchsmith.ops.linear_cross_entropy import _linear_cross_entropy_op, default_chunk_size, linear_cross_entropy
+from torchsmith.ops.linear_cross_entropy import default_chunk_size, linear_cross_entropy, linear_cross_entropy_op
 
 
 def _data(n, c, v, dtype=torch.float32, bias=True, seed=0, ignore_every=0):
@@ -82,7 +82,7 @@ def test_opcheck(bias, compute_grad):
     if not compute_grad:  # the wrapper passes compute_grad=False only when nothing requires grad
         x, w, b = (t.detach() if t is not None else None for t in (x, w, b))
     args = (x, w, y, b, 4, -100, 0.1, "mean", compute_grad)
-    torch.library.opcheck(_linear_cross_entropy_op, args)  # raises on any failed check
+    torch.library.opcheck(linear_cross_entropy_op, args)  # raises on any failed check
 
 
 def test_bf16_head_reports_fp32_loss_and_bf16_grads():

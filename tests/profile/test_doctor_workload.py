@@ -32,3 +32,13 @@ def test_verify_is_refused_for_scripts():
     result = CliRunner().invoke(app, ["doctor", "--verify", "--", "python", "train.py"])
     assert result.exit_code == 2
     assert "--verify re-runs a workload" in result.output
+
+
+def test_doctor_of_an_unknown_name_says_no_workload_has_it():
+    # One word that is neither a workload nor a program or file is a workload name that does not
+    # resolve, as for run and tune: not a script named "nope".
+    result = CliRunner().invoke(app, ["doctor", "nope"])
+    assert result.exit_code == 2, result.output
+    error, tip = result.stderr.split("\nTip: ", 1)
+    assert "Traceback" not in result.stderr and error.startswith("error: workload spec 'nope' is neither a built-in")
+    assert "cannot run" not in error and "nope:workload" in tip

@@ -128,14 +128,14 @@ def test_unknown_transform_name_is_a_clear_error():
 
 def test_speed_pairs_steps_by_round_so_drifting_load_cancels():
     from torchsmith.harness.compare import PlanMeasurement
-    from torchsmith.tips.candidates import TipCandidate, _row
+    from torchsmith.tips.candidates import TipCandidate, tip_row
 
     # The machine slows down 4x over the run; the candidate is always twice as fast as the
     # baseline step of the same round.
     base_m = PlanMeasurement(Plan(), 2.5, step_times=[1.0, 2.0, 3.0, 4.0], peak_memory_bytes=100)
     cand = PlanMeasurement(Plan(), 1.25, step_times=[0.5, 1.0, 1.5, 2.0], peak_memory_bytes=50)
-    row = _row(TipCandidate("x", Plan()), cand, base_m)
+    row = tip_row(TipCandidate("x", Plan()), cand, base_m)
     assert row.speed == 2.0 and row.noise == 0.0 and row.memory == 0.5 and row.speed_best == 2.0
     # Same times, rounds shuffled: the pairing sees the inconsistency and reports it as noise.
     shuffled = PlanMeasurement(Plan(), 1.25, step_times=[2.0, 1.5, 1.0, 0.5], peak_memory_bytes=50)
-    assert _row(TipCandidate("x", Plan()), shuffled, base_m).noise > 1.0
+    assert tip_row(TipCandidate("x", Plan()), shuffled, base_m).noise > 1.0

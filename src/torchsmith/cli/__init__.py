@@ -1,6 +1,21 @@
 """The command line: parse arguments, call the library, hand results to ``report`` to render.
 
 One module per command group keeps each file short; each registers its commands on ``app``.
+
+Modules:
+    bench         ``bench tips``: every optimisation alone, measured side by side
+    common        what every command shares: user errors, the shell exit code, ``--device``/``--json``
+    data          ``data pack|verify|tune``: packed memory-mapped datasets and loader tuning
+    debug         ``debug grads|nan|gradcheck|graph`` on the ``debug_app`` sub-Typer
+    desync        ``debug desync``: are the data-parallel replicas still bit-identical?
+    doctor        ``doctor``: why training is slow, for a workload or an unmodified script
+    inspect       ``inspect``: parameters, FLOPs, saved bytes per module, a memory estimate
+    launch        ``launch``: a torchsmith command on several processes or nodes, via torchrun
+    run           ``run``: train a workload under a plan
+    run_script    ``run --plan plan.json -- cmd``: the script to completion with the plan; is_command
+    tune          ``tune``: the main job
+    tune_script   ``tune -- cmd``: tune an unmodified script
+    worker        the entry point torchrun starts in each worker (``@record``)
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from torchsmith.cli import app
-from torchsmith.cli.common import WORKLOAD_HELP, user_errors
+from torchsmith.cli.common import WORKLOAD_HELP, DeviceOption, JsonOption, user_errors
 
 bench = typer.Typer(help="Measure on this machine, side by side.", no_args_is_help=True)
 app.add_typer(bench, name="bench")
@@ -23,8 +23,8 @@ def tips_command(
     only: Optional[list[str]] = typer.Option(
         None, "--only", help="Measure only this transform (repeatable), e.g. --only checkpointing."),
     folklore: bool = typer.Option(True, "--folklore/--no-folklore", help="Also run the folklore checks."),
-    device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1 or auto."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of tables."),
+    device: DeviceOption = "auto",
+    as_json: JsonOption = False,
     markdown: Optional[Path] = typer.Option(None, "--markdown",
                                             help="Also write the result as a markdown page (docs/tips.md)."),
 ) -> None:

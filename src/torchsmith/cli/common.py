@@ -1,8 +1,10 @@
-"""What every command shares: turning library errors into one clear message and an exit code."""
+"""What every command shares: turning library errors into one clear message and an exit code, the
+exit code of a child process as a shell reports it, and the options several commands declare."""
 
 from __future__ import annotations
 
 import contextlib
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -20,6 +22,12 @@ USER_ERRORS: tuple[type[Exception], ...] = (PlanError, WorkloadError, TransformE
                                             NonFiniteError, OOMError, DistCheckpointError)
 """Errors whose message is the diagnosis: shown without a traceback."""
 
+DeviceOption = Annotated[str, typer.Option("--device", help="Where a workload runs: cpu, cuda, cuda:1 or auto.")]
+"""``device: DeviceOption = "auto"``: the one declaration of ``--device``."""
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JSON instead of tables.")]
+"""``as_json: JsonOption = False``: the one declaration of ``--json``."""
+
 WORKLOAD_HELP = ("Built-in name (gpt-mini, cnn-mini, mlp; hf-gpt2, hf-llama, hf-vit, hf-resnet with torchsmith\\[hf]), "
                  "package.module:function or path/to/file.py:function.")
 
@@ -32,3 +40,14 @@ def user_errors():
     except USER_ERRORS as err:
         error_console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False)
         raise typer.Exit(2) from None
+
+
+def shell_exit_code(returncode: int) -> int:
+    """A child's exit status as a shell reports it: its own code, or 128 + N when signal N killed it
+    (``subprocess`` reports that death as the negative code -N).
+
+    Example::
+
+        shell_exit_code(subprocess.call(cmd))   # 3 -> 3; killed by SIGKILL (-9) -> 137
+    """
+    return 128 - returncode if returncode < 0 else returncode

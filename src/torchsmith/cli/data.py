@@ -10,7 +10,7 @@ from typing import Optional, cast
 import typer
 
 from torchsmith.cli import app
-from torchsmith.cli.common import user_errors
+from torchsmith.cli.common import JsonOption, user_errors
 
 data_app = typer.Typer(help="Packed memory-mapped datasets: pack a source, verify a store, tune the DataLoader.",
                        no_args_is_help=True)
@@ -87,7 +87,7 @@ def tune_command(
     passes: int = typer.Option(2, "--passes", min=1, help="Timed passes (fresh iterators) per measurement."),
     rounds: int = typer.Option(2, "--rounds", min=1, help="Interleaved repetitions per candidate; the median is kept."),
     worker_threads: int = typer.Option(1, "--worker-threads", min=1, help="torch threads inside each worker (stores)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of a table."),
+    as_json: JsonOption = False,
 ) -> None:
     """Measure loader throughput across workers, prefetch, persistence, batch fetch and pinning;
     recommend the fastest."""

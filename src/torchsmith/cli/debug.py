@@ -19,7 +19,7 @@ from typing import Any, Optional
 import typer
 
 from torchsmith.cli import app
-from torchsmith.cli.common import WORKLOAD_HELP, user_errors
+from torchsmith.cli.common import WORKLOAD_HELP, DeviceOption, JsonOption, user_errors
 
 debug_app = typer.Typer(name="debug", no_args_is_help=True, add_completion=False,
                         help="Debug numerics and graphs: gradient norms, NaN/Inf culprits, gradcheck, fx graphs.")
@@ -40,8 +40,8 @@ def grads_command(
     every: int = typer.Option(1, "--every", min=1, help="Record every K-th step."),
     png: Path = typer.Option(Path("grads.png"), "--png", help="Heatmap of log gradient norm, layer by step."),
     report: Path = typer.Option(Path("grads.html"), "--report", help="Self-contained HTML report."),
-    device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1 or auto."),
-    as_json: bool = typer.Option(False, "--json", help="Print the norms and flags as JSON."),
+    device: DeviceOption = "auto",
+    as_json: JsonOption = False,
 ) -> None:
     """Train WORKLOAD as written, record per-layer gradient norms, flag vanishing and exploding layers."""
     from torchsmith.debug.grad_monitor import GradMonitor
@@ -78,8 +78,8 @@ def grads_command(
 def nan_command(
     workload: Optional[str] = typer.Argument(None, help=WORKLOAD_HELP + " Default: gpt-mini."),
     steps: int = typer.Option(20, "--steps", min=1, help="Train at most this many steps."),
-    device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1 or auto."),
-    as_json: bool = typer.Option(False, "--json", help="Print the finding as JSON."),
+    device: DeviceOption = "auto",
+    as_json: JsonOption = False,
 ) -> None:
     """Train WORKLOAD under the NaN/Inf sentinel; at the first non-finite value, name the module and op.
 
@@ -88,7 +88,6 @@ def nan_command(
     from torchsmith.batch import to_device
     from torchsmith.debug.nan_sentinel import NaNSentinel
     from torchsmith.engine.loop import build_step, resolve_device
-    from torchsmith.engine.step import _NULL_TIMER, _accumulate
     from torchsmith.plan import Plan
     from torchsmith.report.console import console
     from torchsmith.report.debug import render_finding, step_progress
@@ -97,19 +96,16 @@ def nan_command(
     with user_errors():
         w = load_workload(workload)
         step = build_step(w, Plan(), resolve_device(device))
-        parts, batches, finding, done = step.parts, w.cycle(), None, 0
+        batches, finding, done = w.cycle(), None, 0
         with NaNSentinel(step.model) as sentinel, \
                 step_progress(f"{w.name}: NaN sentinel", steps, quiet=as_json) as advance:
             for _ in range(steps):
-                batch = to_device(next(batches), parts.device)
-                finding = sentinel.watch(lambda: _accumulate(parts, batch, _NULL_TIMER))  # noqa: B023 - watch calls it before returning
+                batch = to_device(next(batches), step.parts.device)  # the copy is not what is watched
+                finding = sentinel.watch(lambda: step.forward_backward(batch))  # noqa: B023 - watch calls it before returning
                 done += 1
                 if finding is not None:
                     break
-                parts.optimizer.step()
-                parts.optimizer.zero_grad(set_to_none=True)
-                if parts.scheduler is not None:
-                    parts.scheduler.step()
+                step.optimizer_step()
                 advance()
     if as_json:
         typer.echo(json.dumps({"workload": w.name, "steps_run": done,
@@ -138,7 +134,7 @@ def gradcheck_command(
     shapes: Optional[str] = typer.Option(None, "--shapes", help="Input shapes, e.g. 3x4,4: random float64 inputs."),
     atol: float = typer.Option(1e-5, "--atol"),
     rtol: float = typer.Option(1e-3, "--rtol"),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    as_json: JsonOption = False,
 ) -> None:
     """Check a custom backward against finite differences, input by input, plus gradcheck, gradgradcheck and opcheck.
 
@@ -172,7 +168,7 @@ def graph_command(
     max_nodes: int = typer.Option(60, "--max-nodes", min=1, help="Nodes to list in the table."),
     explain: bool = typer.Option(True, "--explain/--no-explain",
                                  help="Count torch.compile graph breaks (dynamo explain)."),
-    as_json: bool = typer.Option(False, "--json", help="Print every node as JSON."),
+    as_json: JsonOption = False,
 ) -> None:
     """Trace WORKLOAD's model (fx, or torch.export where fx fails): shapes, FLOPs per node, graph breaks.
 

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from torchsmith.cli.common import WORKLOAD_HELP, user_errors
+from torchsmith.cli.common import WORKLOAD_HELP, DeviceOption, user_errors
 from torchsmith.cli.debug import debug_app
 
 
@@ -17,7 +17,7 @@ def desync_command(
     workload: Optional[str] = typer.Argument(None, help=WORKLOAD_HELP + " Default: gpt-mini."),
     plan: Optional[Path] = typer.Option(None, "--plan", help="plan.json; its parallel strategy (default DDP) is used."),
     steps: int = typer.Option(5, "--steps", min=0, help="Training steps before the check."),
-    device: str = typer.Option("auto", "--device", help="cpu, cuda or auto."),
+    device: DeviceOption = "auto",
 ) -> None:
     """Train a few steps on every rank, all-gather parameter checksums, and name what differs.
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from torchsmith.cli import app
-from torchsmith.cli.common import WORKLOAD_HELP, user_errors
+from torchsmith.cli.common import WORKLOAD_HELP, DeviceOption, JsonOption, shell_exit_code, user_errors
 
 
 @app.command("doctor")
@@ -27,8 +28,8 @@ def doctor_command(
     probe_threads: bool = typer.Option(True, "--probe-threads/--no-probe-threads",
                                        help="CPU: after the window, time up to 12 more steps at suspected "
                                             "thread counts."),
-    device: str = typer.Option("auto", "--device", help="Workloads: cpu, cuda, cuda:1 or auto."),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON instead of tables."),
+    device: DeviceOption = "auto",
+    as_json: JsonOption = False,
 ) -> None:
     """Profile a few training steps and report where the time goes, with findings and fixes.
 
@@ -36,19 +37,18 @@ def doctor_command(
     torchsmith doctor mlp --report doctor.html --trace trace.json
     torchsmith doctor --steps 5 -- python train.py --lr 3e-4
     """
+    from torchsmith.cli.run_script import is_command
     from torchsmith.profile.capture import CaptureConfig
     from torchsmith.profile.doctor import DoctorError, doctor_script, doctor_workload, python_command
     from torchsmith.profile.doctor import verify as verify_fixes
     from torchsmith.report.console import console, error_console
     from torchsmith.report.doctor import doctor_to_dict, render_doctor, write_doctor_html
-    from torchsmith.workload import BUILTIN_WORKLOADS, load_workload
+    from torchsmith.workload import load_workload
 
     args = list(target or [])
-    # One word that names a workload is a workload; anything else is the command to run.
-    is_script = len(args) > 1 or (len(args) == 1 and args[0] not in BUILTIN_WORKLOADS and ":" not in args[0])
     with user_errors():
         cfg = CaptureConfig(active=steps, stop_after=stop_after, max_trace_mb=max_trace_mb, probe_threads=probe_threads)
-        if is_script:
+        if is_command(args):  # the rule run and tune use: `doctor nope` says no workload has that name
             if verify:
                 raise ValueError("--verify re-runs a workload with a fix applied; it cannot edit a script.\n"
                                  "Tip: apply the fix shown in the script, or describe it as a workload "
@@ -58,11 +58,11 @@ def doctor_command(
             except DoctorError as err:
                 error_console.print(f"error: {err}", highlight=False, markup=False)
                 code = getattr(err, "exit_code", 0)
-                raise typer.Exit((code if code > 0 else 128 - code) if code else 2) from None
+                raise typer.Exit(shell_exit_code(code) if code else 2) from None
         else:
             w = load_workload(args[0] if args else None)
             with console.status(f"profiling {w.name}: {cfg.steps_needed} steps", spinner="dots") \
-                    if not as_json else _null():
+                    if not as_json else nullcontext():
                 result = doctor_workload(w, cfg, device=None if device == "auto" else device, trace=trace)
             if verify:
                 _verify(w, result, verify_fixes, as_json)
@@ -75,8 +75,7 @@ def doctor_command(
         if not as_json:
             console.print(f"report: {report}", style="dim")
     if result.exit_code:
-        # The script's own exit code passes through; killed by signal N reads as 128 + N, as in a shell.
-        raise typer.Exit(result.exit_code if result.exit_code > 0 else 128 - result.exit_code)
+        raise typer.Exit(shell_exit_code(result.exit_code))  # the script's own code passes through
 
 
 def _verify(workload, result, verify_fixes, quiet: bool) -> None:
@@ -89,11 +88,3 @@ def _verify(workload, result, verify_fixes, quiet: bool) -> None:
     with Progress(console=console, transient=True, disable=quiet) as progress:
         task = progress.add_task("verifying fixes", total=None)
         verify_fixes(workload, result, on_step=lambda done, total: progress.update(task, completed=done, total=total))
-
-
-class _null:  # noqa: N801 - used as a function
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False

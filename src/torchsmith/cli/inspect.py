@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from torchsmith.cli import app
-from torchsmith.cli.common import WORKLOAD_HELP, user_errors
+from torchsmith.cli.common import WORKLOAD_HELP, DeviceOption, JsonOption, user_errors
 
 
 @app.command("inspect")
@@ -17,8 +17,8 @@ def inspect_command(
     depth: int = typer.Option(3, "--depth", min=0, help="Show modules down to this nesting depth."),
     nodes: bool = typer.Option(False, "--nodes",
                                help="Also list every fx graph node with its shape (when tracing works)."),
-    device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1 or auto."),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of tables."),
+    device: DeviceOption = "auto",
+    as_json: JsonOption = False,
 ) -> None:
     """Measure WORKLOAD's model on one batch: parameters, forward/backward FLOPs and bytes saved
     for backward per module, and training memory (parameters, gradients, optimizer state,

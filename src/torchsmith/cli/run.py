@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 
 from torchsmith.cli import app
-from torchsmith.cli.common import WORKLOAD_HELP, user_errors
+from torchsmith.cli.common import WORKLOAD_HELP, DeviceOption, JsonOption, user_errors
 
 
 @app.command("run")
@@ -43,12 +43,12 @@ def run_command(
     allow_nonfinite: bool = typer.Option(
         False, "--allow-nonfinite", help="Exit 0 even if the final loss is non-finite or every step was skipped."
     ),
-    device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1 or auto."),
+    device: DeviceOption = "auto",
     keep_last_k: int = typer.Option(3, "--keep-last-k", min=1, help="Keep only the newest K checkpoints."),
     async_checkpoint: bool = typer.Option(
         False, "--async-checkpoint", help="Under torchrun: write DCP checkpoints in the background."
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of a table."),
+    as_json: JsonOption = False,
 ) -> None:
     """Train WORKLOAD with a plan: progress bar, exact checkpoint and resume, and a summary table.
 

@@ -28,7 +28,7 @@ def is_command(args: list[str]) -> bool:
 
 def run_script_command(command: list[str], plan_path: Optional[Path]) -> int:
     """Run ``command`` with the plan injected; return its exit code (killed by signal N: 128 + N, as a shell)."""
-    from torchsmith.cli.common import user_errors
+    from torchsmith.cli.common import shell_exit_code, user_errors
     from torchsmith.plan import Plan
     from torchsmith.profile.doctor import python_command
     from torchsmith.report.console import error_console
@@ -51,5 +51,4 @@ def run_script_command(command: list[str], plan_path: Optional[Path]) -> int:
                              f"Tip: name the interpreter by path, e.g. -- {sys.executable} train.py") from None
     if code < 0:
         error_console.print(f"the script was killed by signal {-code}", highlight=False)
-        return 128 - code
-    return code
+    return shell_exit_code(code)

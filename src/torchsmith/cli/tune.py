@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from torchsmith.cli import app
-from torchsmith.cli.common import WORKLOAD_HELP, user_errors
+from torchsmith.cli.common import WORKLOAD_HELP, DeviceOption, user_errors
 
 
 @app.command("tune")
@@ -22,7 +22,7 @@ def tune_command(
     ),
     out: Path = typer.Option(Path("plan.json"), "--out", help="Where to write the winning plan."),
     report: Optional[Path] = typer.Option(Path("report.html"), "--report", help="Self-contained HTML report."),
-    device: str = typer.Option("auto", "--device", help="cpu, cuda or auto."),
+    device: DeviceOption = "auto",
     knobs: Optional[str] = typer.Option(
         None, "--knobs", help="Search only these knobs, comma-separated, e.g. threads,compile."
     ),

@@ -5,6 +5,14 @@ Example::
     from torchsmith.data import MmapDataset, make_loader, pack_source
     pack_source("images/", "store/")                  # or `torchsmith data pack images/ store/`
     loader = make_loader(MmapDataset("store/"), plan.loader, batch_size=64, seed=0)
+
+Modules:
+    loader        make_loader: a DataLoader from a plan's LoaderConfig, resumable by batch position
+    loader_tune   tune_loader: DataLoader throughput across loader arguments, the fastest recommended
+    mmap_dataset  MmapDataset: zero-copy reads from a packed store; verify_store
+    pack          pack_source / pack_arrays / pack_bytes: sources into a store
+    sampler       ResumableSampler: a seeded epoch order that restarts mid-epoch exactly, sharded by rank
+    store         the packed store: fixed-size .npy shards and an index.json, written atomically
 """
 
 from torchsmith.data.loader import Loader, LoaderArgs, make_loader

@@ -3,13 +3,13 @@
 Two levels, so that watching costs little and finding costs only when needed:
 
 - **cheap** (every step): forward hooks put one ``output.sum()`` per module into a list of
-  device scalars (a NaN or Inf anywhere makes the sum non-finite; one reduction pass is ~4x
-  cheaper than ``isfinite(output).all()``), and one ``input.sum()`` where a module's input is
-  not the previous module's output (it came from the parent's own code: a value born there is
-  told apart from one born in the module); after backward, one ``_foreach_norm`` over the
-  gradients. All is read with **one host-device sync per step** (``check``).
+  device scalars (a NaN or Inf anywhere makes the sum non-finite; one reduction pass, where
+  ``isfinite(output).all()`` makes two; ``benchmarks/nan_sentinel.py`` times the sentinel), and
+  one ``input.sum()`` where a module's input is not the previous module's output (it came from
+  the parent's own code: a value born there is told apart from one born in the module); after
+  backward, one ``_foreach_norm`` over the gradients. All is read with **one host-device sync per step** (``check``).
 - **op-level** (only after a non-finite value was seen): the step is re-run with the same
-  inputs and RNG state, checking every op's output (``engine.locate_nonfinite``, which
+  inputs and RNG state, checking every op's output (``measure.locate_nonfinite``, which
   ``Plan.nonfinite`` uses too).
 
 ``torch.autograd.detect_anomaly(check_nan=True)`` checks every backward node, costs more on

@@ -137,12 +137,12 @@ class DistCheckpointer:
         path = step_dir(self.root, step)
         rank = dist.get_rank()
         # Each rank hashes the tensor files it wrote (in parallel, files already in the page cache).
-        files = {f.name: _digest(f) for f in sorted(path.glob(f"__{rank}_*.distcp"))}
+        files = {f.name: file_digest(f) for f in sorted(path.glob(f"__{rank}_*.distcp"))}
         _write_json(path / f"rank_{rank:05d}.json", _plain({**extras, "files": files}))
         dist.barrier()  # sync point: every rank's data and JSON are on disk before the marker
         if rank == 0:
             commit(path, {"step": step, "world_size": dist.get_world_size(), "time": time.time(), "run_id": self.run_id,
-                          "files": {".metadata": _digest(path / ".metadata")}})
+                          "files": {".metadata": file_digest(path / ".metadata")}})
             self._retain()
         dist.barrier()  # nobody starts the next save (or exits) while rank 0 still deletes
 
@@ -230,14 +230,14 @@ def verify_step(path: Path) -> str | None:
         file = path / name
         if not file.is_file():
             return f"{file} is missing"
-        found = _digest(file)
+        found = file_digest(file)
         if list(found) != list(recorded):
             return (f"{file} is truncated or corrupted: {found[0]} bytes, sha256 {found[1][:16]}...; recorded "
                     f"{recorded[0]} bytes, sha256 {str(recorded[1])[:16]}...")
     return None
 
 
-def _digest(path: Path) -> list[Any]:
+def file_digest(path: Path) -> list[Any]:
     """[bytes, sha256 hex] of a file."""
     with open(path, "rb") as f:
         return [os.fstat(f.fileno()).st_size, hashlib.file_digest(f, "sha256").hexdigest()]

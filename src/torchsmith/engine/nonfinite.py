@@ -1,7 +1,7 @@
 """``Plan.nonfinite``: what a training step with a non-finite loss or gradient does.
 
 One finiteness check of the loss and the gradient norm per step (one host-device sync). On a
-bad step the step is replayed op by op to name the culprit (``engine.locate_nonfinite``), then
+bad step the step is replayed op by op to name the culprit (``measure.locate_nonfinite``), then
 it raises, skips the optimizer step, or warns, as configured.
 """
 

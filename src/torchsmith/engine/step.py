@@ -41,15 +41,21 @@ def train_step(parts: StepParts, batch: Any, timer: PhaseTimer | None = None) ->
             # skip_step: the update, the optimizer state and the schedule are left untouched.
             parts.optimizer.zero_grad(set_to_none=parts.set_to_none)
             return loss_sum
-        if parts.scaler:
-            parts.scaler.step(parts.optimizer)
-            parts.scaler.update()
-        else:
-            parts.optimizer.step()
-        parts.optimizer.zero_grad(set_to_none=parts.set_to_none)
-        if parts.scheduler is not None:
-            parts.scheduler.step()
+        _update(parts)
     return loss_sum
+
+
+def _update(parts: StepParts) -> None:
+    """The optimizer's update from the accumulated gradients (through the loss scaler, if any), then
+    zero_grad and the schedule's step."""
+    if parts.scaler:
+        parts.scaler.step(parts.optimizer)
+        parts.scaler.update()
+    else:
+        parts.optimizer.step()
+    parts.optimizer.zero_grad(set_to_none=parts.set_to_none)
+    if parts.scheduler is not None:
+        parts.scheduler.step()
 
 
 def _forward_backward(parts: StepParts, batch: Any, timer: PhaseTimer) -> torch.Tensor:
@@ -123,6 +129,22 @@ class Step:
         batch = to_device(batch, self.parts.device)
         return train_step(self.parts, batch, self.timer)
 
+    def forward_backward(self, batch: Any) -> torch.Tensor:
+        """The first half of ``step(batch)``: forward and backward (over the plan's micro-batches),
+        gradients accumulated, no update; returns the detached loss. For tools that must look at a
+        step between its backward and its update (the NaN sentinel of ``debug nan``)::
+
+            loss = step.forward_backward(batch)
+            if torch.isfinite(loss):
+                step.optimizer_step()
+        """
+        return _forward_backward(self.parts, to_device(batch, self.parts.device), self.timer or _NULL_TIMER)
+
+    def optimizer_step(self) -> None:
+        """The second half of ``step(batch)``: the update (through the loss scaler, if any), zero_grad
+        and the schedule's step."""
+        _update(self.parts)
+
     def revert(self) -> None:
         """Undo every transform, last applied first."""
         for change in reversed(self.changes):
@@ -159,16 +181,7 @@ def prepare(plan: Plan, model: nn.Module, optimizer: torch.optim.Optimizer, loss
 
 class _NullTimer(PhaseTimer):
     def phase(self, name: str):  # type: ignore[override]
-        return _NULL_CTX
+        return nullcontext()
 
 
-class _NullCtx:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-_NULL_CTX = _NullCtx()
 _NULL_TIMER = _NullTimer()

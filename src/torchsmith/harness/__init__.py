@@ -3,4 +3,9 @@
 ``measure_plans`` builds one engine step per plan and runs them interleaved from the same
 seed on the same batches; ``measure_run_metrics`` turns a finished run into throughput and
 MFU. ``tune``, ``doctor`` and ``bench tips`` all measure through here.
+
+Modules:
+    compare       measure_plans: plans side by side, interleaved, same seed and batches; param_distance
+    loss_guard    compare_losses: two loss sequences compared, the non-finite rule decided once
+    run_metrics   measure_run_metrics: FLOPs per step, the machine's peak and MFU of a finished run
 """

@@ -37,6 +37,7 @@ import torch
 
 from torchsmith.engine.loop import build_step, resolve_device
 from torchsmith.engine.step import Step
+from torchsmith.harness.loss_guard import compare_losses
 from torchsmith.plan import Plan
 from torchsmith.seeding import rng_state, set_rng_state
 from torchsmith.text import first_line
@@ -268,11 +269,9 @@ class _State:
         if ref.error is None and ref.losses:
             ref_losses = torch.stack(ref.losses).float().tolist()
             horizon = self.compare_steps or len(losses)
-            # Not max(): it skips NaN (every comparison with NaN is false), so a diverged candidate
-            # would look equal to the baseline. Any non-finite term makes the whole figure NaN.
-            loss_diff = _max_or_nan(abs(a - b) / max(abs(b), 1e-12)
-                                    for a, b in zip(losses[:horizon], ref_losses, strict=False))
-            param_diff = _param_rel_diff(self.params_compared(), ref.params_compared(), ref.initial)
+            # A non-finite loss on either side makes the figure NaN, never a pass (loss_guard.py).
+            loss_diff = compare_losses(losses, ref_losses, steps=horizon).rel_diff
+            param_diff = param_distance(self.params_compared(), ref.params_compared(), ref.initial)
         return PlanMeasurement(
             plan=self.plan, step_seconds=summary(timed), step_times=timed,
             first_step_seconds=self.times[0], peak_memory_bytes=self.peak, losses=losses,
@@ -280,17 +279,14 @@ class _State:
         )
 
 
-def _max_or_nan(values: Iterator[float]) -> float:
-    out = 0.0
-    for v in values:
-        if not math.isfinite(v):
-            return math.nan
-        out = max(out, v)
-    return out
+def param_distance(a: list[torch.Tensor], b: list[torch.Tensor], initial: list[torch.Tensor]) -> float:
+    """Distance between two runs' parameters, relative to the distance training moved ``b``'s: NaN
+    when a parameter is non-finite.
 
+    Example::
 
-def _param_rel_diff(a: list[torch.Tensor], b: list[torch.Tensor], initial: list[torch.Tensor]) -> float:
-    """Distance between two runs' parameters, relative to the distance training moved ``b``'s."""
+        param_distance([p + 0.1 for p in p0], [p + 1.0 for p in p0], p0)   # 0.9 of the distance b moved
+    """
     diff = moved = 0.0
     for pa, pb, p0 in zip(a, b, initial, strict=True):
         pa, pb = pa.detach().float(), pb.detach().float()

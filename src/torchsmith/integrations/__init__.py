@@ -10,6 +10,12 @@ extra, imported only when its adapter is::
 
     from torchsmith.integrations import TorchsmithTrainerCallback     # pip install 'torchsmith[hf]'
     Trainer(model=model, args=args, callbacks=[TorchsmithTrainerCallback()])
+
+Modules:
+    hf            TorchsmithTrainerCallback: the Hugging Face TrainerCallback
+    lightning     TorchsmithCallback: the Lightning Callback (a non-finite step replayed op by op)
+    render        a callback's findings shown with the CLI's own renderers
+    watch         Watch / WatchConfig: what the adapters share, driven from three points of a step
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ class TorchsmithCallback(pl.Callback):
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
         # What a replay of this step needs: its batch and torch's RNG state as it starts (what
-        # dropout draws from; Python's and numpy's would cost 70 us a step more). Only where
+        # dropout draws from; Python's and numpy's would cost more, benchmarks/rng_snapshot.py). Only where
         # one batch makes one optimizer step through training_step (no accumulation, no manual
         # optimization, which steps inside training_step).
         if (self.cfg.nonfinite is not None and pl_module.automatic_optimization

@@ -46,7 +46,7 @@ class WatchConfig:
     raise (NonFiniteError naming the module), skip_step (the optimizer step is skipped: every
     gradient is set to None, so no parameter or optimizer state moves), warn (log and step on).
     None: no sentinel. One host-device sync per step; in Lightning also a copy of torch's RNG state
-    (about 1 us on CPU, ``benchmarks/rng_snapshot.py``) for the op-level replay of a bad step."""
+    (``benchmarks/rng_snapshot.py`` measures its cost) for the op-level replay of a bad step."""
     grad_monitor: bool = True
     """Per-layer gradient norms before each optimizer step (one device-to-host copy per step)."""
     grad_every: int = 1

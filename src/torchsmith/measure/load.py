@@ -1,8 +1,8 @@
 """How busy the CPU is: the 1-minute load average, where other processes show up.
 
-Speed verdicts on a CPU follow the load of the moment: on this 2-core VM at a load of 8, one
-trainer thread beat two by 2-6x (two OpenMP threads spin against the other processes), and not
-at all on a quiet machine; an fp32 matmul peak measured there came out 150x low. Callers read
+Speed verdicts on a CPU follow the load of the moment: on an oversubscribed 2-core VM one
+trainer thread beat two by several times (two OpenMP threads spin against the other processes),
+and not at all on a quiet machine; an fp32 matmul peak measured there came out far too low. Callers read
 the load before they measure and say when the cores were oversubscribed.
 """
 

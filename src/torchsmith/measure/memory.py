@@ -4,21 +4,20 @@ CUDA asks the caching allocator (``torch.cuda.max_memory_allocated``). CPU has n
 allocator statistics in PyTorch's Python API, so it records the CPU allocator's own
 allocation events with the profiler (``profile_memory=True``) and replays them.
 
-Why the profiler and not the alternatives (measured on torch 2.13, 2 shared cores,
-an MLP + AdamW training step of 114 aten ops taking 2.2 ms untracked):
+Why the profiler and not the alternatives (on torch 2.13):
 
 - RSS / ``tracemalloc`` do not see tensor memory exactly: glibc keeps freed pages,
   and c10 allocates with ``posix_memalign``, not ``PyMem``. PyTorch 2.13 exposes no
   CPU allocator statistics (``torch.accelerator`` memory stats are accelerator-only).
-- A ``TorchDispatchMode`` that watches op outputs costs ~12 us per op inside the
+- A ``TorchDispatchMode`` that watches op outputs costs a Python call per op inside the
   region, misses temporaries that kernels allocate internally, and makes Dynamo skip
   ``torch.compile`` (it refuses to compile under a non-infra dispatch mode), so it
   would measure an uncompiled model when the plan says compiled.
 - The profiler's allocation events come from c10's ``DefaultCPUAllocator`` itself:
   every CPU allocation and free, kernel temporaries and buffers of Inductor-compiled
-  code included, exact to the byte. Inside the region it cost ~7 us per op (the step
-  took 3.0 ms instead of 2.2 ms); turning the events into a peak afterwards brought
-  the whole tracked call to ~6.5 ms. Track one representative step, not every step.
+  code included, exact to the byte. Recording them slows the region down, and turning
+  them into a peak afterwards adds to that (no benchmark times it, so no figure is quoted
+  here): track one representative step, not every step.
 
 Example::
 

@@ -134,22 +134,58 @@ def explain(err: BaseException, model: nn.Module | None = None,
     are still alive there.
     """
     split = memory_split(model, optimizer) if model is not None else None
-    names: dict[int, str] = {}
-    if model is not None:
-        for n, p in model.named_parameters():
-            names[storage_key(p)] = f"param {n}"
-            if p.grad is not None:
-                names[storage_key(p.grad)] = f"grad {n}"
-            for k, v in (optimizer.state.get(p, {}) if optimizer is not None else {}).items():
-                if isinstance(v, torch.Tensor):
-                    names[storage_key(v)] = f"optimizer {k} of {n}"
-    frame_tensors = [t for f in _frames(err.__traceback__) for v in f.f_locals.values() for t in tree_leaves(v)
-                     if isinstance(t, torch.Tensor)]  # locals, and tensors in their tuples / lists / dicts
+    names = _state_names(model, optimizer)
+    frame_tensors = _frame_tensors(err)
     saved = _saved_tensors(frame_tensors)
+    live = _live_tensors(saved, frame_tensors, _state_tensors(model, optimizer), names)
+    act = [t for t in live.values() if t.what in ("saved for backward", "activation or input")]
+    acts = sum(t.bytes for t in act)
+    saved_fp32 = sum(t.bytes for t in act if t.what == "saved for backward" and t.dtype == "float32")
+    saved_bytes = sum(t.bytes for t in act if t.what == "saved for backward")
+    other = _other_live_bytes(skip=live.keys() | names.keys())
+    device = _device_of(model)
+    allocated = torch.cuda.memory_allocated(device) if device.type == "cuda" else None
+    if allocated is not None and split is not None:
+        acts = max(acts, allocated - split.total)  # the allocator sees what the frames do not
+    return OOMReport(
+        device=str(device), error=first_line(err)[:300],
+        requested_bytes=_requested_bytes(err), params=split.params if split else 0, grads=split.grads if split else 0,
+        optimizer_state=split.optimizer_state if split else 0, activations=acts, other=other, allocated=allocated,
+        largest=sorted(live.values(), key=lambda t: -t.bytes)[:10],
+        fixes=_fixes(model, acts, saved_bytes, saved_fp32, sum(t.bytes for t in act if t.dtype == "float32")))
+
+
+def _state_names(model: nn.Module | None, optimizer: torch.optim.Optimizer | None) -> dict[int, str]:
+    """Storage key -> 'param NAME', 'grad NAME' or 'optimizer KEY of NAME', for the training state."""
+    names: dict[int, str] = {}
+    for n, p in model.named_parameters() if model is not None else ():
+        names[storage_key(p)] = f"param {n}"
+        if p.grad is not None:
+            names[storage_key(p.grad)] = f"grad {n}"
+        for k, v in (optimizer.state.get(p, {}) if optimizer is not None else {}).items():
+            if isinstance(v, torch.Tensor):
+                names[storage_key(v)] = f"optimizer {k} of {n}"
+    return names
+
+
+def _frame_tensors(err: BaseException) -> list[torch.Tensor]:
+    """Tensors the failing frames hold: their locals, and tensors in their tuples / lists / dicts."""
+    return [t for f in _frames(err.__traceback__) for v in f.f_locals.values() for t in tree_leaves(v)
+            if isinstance(t, torch.Tensor)]
+
+
+def _state_tensors(model: nn.Module | None, optimizer: torch.optim.Optimizer | None) -> list[torch.Tensor]:
+    """Parameters, their gradients and the optimizer's state tensors."""
     state: list[torch.Tensor] = [p for p in (model.parameters() if model else [])]
     state += [p.grad for p in state if p.grad is not None]
     state += [v for st in (optimizer.state.values() if optimizer else []) for v in st.values()
               if isinstance(v, torch.Tensor)]
+    return state
+
+
+def _live_tensors(saved: list[torch.Tensor], frame_tensors: list[torch.Tensor], state: list[torch.Tensor],
+                  names: dict[int, str]) -> dict[int, LiveTensor]:
+    """One :class:`LiveTensor` per storage, named by what holds it (a storage counts once)."""
     live: dict[int, LiveTensor] = {}
     saved_keys = {storage_key(t) for t in saved}
     for t in saved + frame_tensors + state:
@@ -158,10 +194,12 @@ def explain(err: BaseException, model: nn.Module | None = None,
             what = names.get(key, "saved for backward" if key in saved_keys else "activation or input")
             live[key] = LiveTensor(what, list(t.shape), str(t.dtype).removeprefix("torch."),
                                    t.untyped_storage().nbytes())
-    act = [t for t in live.values() if t.what in ("saved for backward", "activation or input")]
-    acts = sum(t.bytes for t in act)
-    saved_fp32 = sum(t.bytes for t in act if t.what == "saved for backward" and t.dtype == "float32")
-    saved_bytes = sum(t.bytes for t in act if t.what == "saved for backward")
+    return live
+
+
+def _other_live_bytes(skip: Any) -> int:
+    """Bytes of every other tensor storage alive in the process (found through the garbage collector),
+    leaving out the storage keys in ``skip``."""
     with warnings.catch_warnings():  # isinstance() on some lazy torch objects warns of deprecations
         warnings.simplefilter("ignore")
         others: dict[int, int] = {}
@@ -172,18 +210,13 @@ def explain(err: BaseException, model: nn.Module | None = None,
                     nbytes = o.untyped_storage().nbytes()
                     if type(nbytes) is int:  # symbolic sizes (traced tensors) are not memory
                         others[storage_key(o)] = nbytes
-    other = sum(n for key, n in others.items() if key not in live and key not in names)
-    device = (next((p.device for p in model.parameters()), torch.device("cpu")) if model is not None
-              else torch.device("cpu"))
-    allocated = torch.cuda.memory_allocated(device) if device.type == "cuda" else None
-    if allocated is not None and split is not None:
-        acts = max(acts, allocated - split.total)  # the allocator sees what the frames do not
-    return OOMReport(
-        device=str(device), error=first_line(err)[:300],
-        requested_bytes=_requested_bytes(err), params=split.params if split else 0, grads=split.grads if split else 0,
-        optimizer_state=split.optimizer_state if split else 0, activations=acts, other=other, allocated=allocated,
-        largest=sorted(live.values(), key=lambda t: -t.bytes)[:10],
-        fixes=_fixes(model, acts, saved_bytes, saved_fp32, sum(t.bytes for t in act if t.dtype == "float32")))
+    return sum(n for key, n in others.items() if key not in skip)
+
+
+def _device_of(model: nn.Module | None) -> torch.device:
+    """The model's device (its first parameter's); CPU without a model or parameters."""
+    return next((p.device for p in model.parameters()), torch.device("cpu")) if model is not None \
+        else torch.device("cpu")
 
 
 def _fixes(model: nn.Module | None, acts: int, saved: int, saved_fp32: int, acts_fp32: int) -> list[Fix]:
@@ -197,7 +230,7 @@ def _fixes(model: nn.Module | None, acts: int, saved: int, saved_fp32: int, acts
             "half the samples per pass, same gradients"),
         Fix("activation checkpointing", int(saved * (1 - kept)),
             f"recompute {'each of the ' + str(blocks) + ' blocks' if blocks > 1 else 'the model'} in backward "
-            "(~20-35% more step time)"),
+            "(one more forward of each block)"),
         Fix("saved-tensor compression", saved_fp32 // 2, "store fp32 tensors saved for backward in bf16 "
             "(torch.autograd.graph.saved_tensors_hooks)"),
         Fix("bf16 autocast", acts_fp32 // 2, "Plan(precision=Autocast(dtype='bfloat16')): 16-bit activations "

@@ -14,7 +14,7 @@ count and dtype; and :func:`checked_mfu` measures the peak again when a figure w
 
 Example::
 
-    peak = machine_peak_flops("cpu")            # ~1.5 s the first time, then cached
+    peak = machine_peak_flops("cpu")            # measured the first time (_BUDGET_S), then cached
     mfu(stats.total, step_seconds, peak)  # stats from count_flops
 """
 
@@ -42,8 +42,8 @@ __all__ = ["PeakFlops", "machine_peak_flops", "mfu", "checked_mfu", "cache_path"
 CACHE_ENV = "TORCHSMITH_CACHE_DIR"
 CACHE_FILE = "peak_flops.json"
 
-# Sizes tried, smallest first. CPU: 1024^3 fp32 is ~2 GFLOP, tens of ms on a laptop
-# core. CUDA: big enough to saturate tensor cores, small enough to stay well under 1 s.
+# Sizes tried, smallest first. CPU: 1024^3 fp32 is ~2 GFLOP. CUDA: big enough to saturate
+# tensor cores, small enough to stay well under 1 s.
 _SIZES = {"cpu": (256, 512, 1024), "cuda": (2048, 4096, 8192)}
 _BUDGET_S = {"cpu": 1.5, "cuda": 2.0}
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
@@ -144,7 +144,7 @@ def _measure(device: torch.device, dtype: torch.dtype, budget_s: float) -> tuple
         flops = 2 * n**3
         if best_rate > 0:
             # Skip a size whose rounds would overrun the budget at the rate seen so
-            # far (a CPU without bf16 hardware can be 30x slower than in fp32).
+            # far (a CPU without bf16 hardware runs bf16 many times slower than fp32).
             predicted = (_ROUNDS * max(_ROUND_S, flops / best_rate)) + flops / best_rate
             if time.perf_counter() + predicted > deadline:
                 break
@@ -178,7 +178,7 @@ def machine_peak_flops(
     refresh: bool = False,
     threads: int | None = None,
 ) -> PeakFlops:
-    """Peak matmul FLOP/s of ``device`` in ``dtype``, from the cache or measured (~1.5 s on CPU).
+    """Peak matmul FLOP/s of ``device`` in ``dtype``, from the cache or measured (within ``_BUDGET_S``).
 
     The CPU figure is for the current ``torch.get_num_threads()``; change the thread
     count and it is measured again. Other processes on the same cores lower it (see
@@ -193,6 +193,30 @@ def machine_peak_flops(
         >>> peak.flops_per_s > 1e9, peak.dtype
         (True, 'float32')
     """
+    dev = _checked_device(device, dtype)
+    if threads is not None and dev.type == "cpu" and threads != torch.get_num_threads():
+        return _at_threads(threads, lambda: machine_peak_flops(dev, dtype, refresh=refresh))
+    name, threads = _device_name(dev), torch.get_num_threads()
+    key, path = _cache_key(name, dtype, threads), cache_path()
+    cache = _read_cache(path)
+    previous = _from_cache(cache.get(key))
+    load_now = load_per_core() if dev.type == "cpu" else None
+    if previous is not None and not refresh and not _worth_remeasuring(previous, load_now):
+        return previous
+    result = _measured(dev, dtype, name, threads, load_now)
+    if previous is not None and previous.flops_per_s > result.flops_per_s:
+        # A peak is a maximum: a slower re-measurement means a busier machine, not a
+        # slower one, so the higher figure stands.
+        result = replace(previous, cached=False)
+    elif under_load(load_now):
+        # Measured on oversubscribed cores: good for this call (it is all there is), too low to keep.
+        return result
+    _store(path, cache, key, result)
+    return result
+
+
+def _checked_device(device: str | torch.device, dtype: torch.dtype) -> torch.device:
+    """``device`` as a torch.device with its CUDA index, after checking a peak can be measured there in ``dtype``."""
     dev = torch.device(device)
     if dev.type == "cuda" and dev.index is None:
         dev = torch.device("cuda", torch.cuda.current_device())
@@ -211,24 +235,22 @@ def machine_peak_flops(
             f"Asked for the peak of {dev} but CUDA is not available in this process.\n"
             "Tip: pass device='cpu', or check CUDA_VISIBLE_DEVICES and the torch build."
         )
-    if threads is not None and dev.type == "cpu" and threads != torch.get_num_threads():
-        before = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
-            return machine_peak_flops(dev, dtype, refresh=refresh)
-        finally:
-            torch.set_num_threads(before)
-    name = _device_name(dev)
-    threads = torch.get_num_threads()
-    key = _cache_key(name, dtype, threads)
-    path = cache_path()
-    cache = _read_cache(path)
-    previous = _from_cache(cache.get(key))
-    load_now = load_per_core() if dev.type == "cpu" else None
-    if previous is not None and not refresh and not _worth_remeasuring(previous, load_now):
-        return previous
+    return dev
+
+
+def _at_threads(threads: int, measure: Callable[[], PeakFlops]) -> PeakFlops:
+    """``measure()`` at ``threads`` intra-op threads; the current count restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return measure()
+    finally:
+        torch.set_num_threads(before)
+
+
+def _measured(dev: torch.device, dtype: torch.dtype, name: str, threads: int, load_now: float | None) -> PeakFlops:
     rate, size = _measure(dev, dtype, _BUDGET_S[dev.type])
-    result = PeakFlops(
+    return PeakFlops(
         flops_per_s=rate,
         dtype=str(dtype).removeprefix("torch."),
         device=name,
@@ -238,13 +260,9 @@ def machine_peak_flops(
         load_per_core=load_now,
         cached=False,
     )
-    if previous is not None and previous.flops_per_s > result.flops_per_s:
-        # A peak is a maximum: a slower re-measurement means a busier machine, not a
-        # slower one, so the higher figure stands.
-        result = replace(previous, cached=False)
-    elif under_load(load_now):
-        # Measured on oversubscribed cores: good for this call (it is all there is), too low to keep.
-        return result
+
+
+def _store(path: Path, cache: dict[str, dict], key: str, result: PeakFlops) -> None:
     stored = asdict(result)
     del stored["cached"]
     cache[key] = stored
@@ -254,7 +272,6 @@ def machine_peak_flops(
         # A read-only home must not stop a measurement; it only costs re-measuring.
         logger.warning("could not write the peak-FLOPs cache %s: %s. Tip: set %s to a writable directory.",
                        path, err, CACHE_ENV)
-    return result
 
 
 def mfu(flops_per_step: float, step_seconds: float, peak: PeakFlops | float) -> float:

@@ -6,6 +6,11 @@
   only their input;
 - :func:`act_linear` (:class:`ActLinearMLP`): activation + Linear that saves only the
   pre-activation, not the activation's output.
+
+Modules:
+    act_linear            act_linear / ActLinearMLP: activation + Linear saving the pre-activation only
+    activations           gelu / silu (LeanGELU, LeanSiLU): activations that save only their input
+    linear_cross_entropy  linear_cross_entropy: the chunked LM-head loss, a torch.library custom op
 """
 
 from torchsmith.ops.act_linear import ActLinearMLP, act_linear

@@ -13,10 +13,10 @@ plus the gradients, which the step needs anyway.
 The trade-offs, measured by ``benchmarks/linear_cross_entropy.py``:
 
 - it pays off when ``vocab > C``: the saved ``grad_x`` is ``N x C`` where autograd saves
-  ``N x vocab``. At vocab 32k, C = 256 the loss's peak memory fell 79%; at gpt-mini's
-  62 characters it *rose* 143% (2.5 -> 6.2 MB);
+  ``N x vocab``. At vocab 32k, C = 256 the loss's peak memory falls; at gpt-mini's 62
+  characters it *rises*;
 - the three matmuls all run in forward, even for a frozen weight, so backward is cheap but
-  forward is about 3x slower; forward + backward measured -7% at 32k, +31% at vocab 62;
+  forward is slower; forward + backward together cost about the same at 32k and more at vocab 62;
 - no double backward (the saved gradients are constants for autograd).
 
 It is a ``torch.library.custom_op`` with a fake implementation and a registered autograd
@@ -50,10 +50,8 @@ def default_chunk_size(n_rows: int, vocab: int, hidden: int) -> int:
     Matching ``x``'s size (the rule Liger-Kernel uses) bounds the extra memory by what the
     step holds anyway. The 16 Mi-element floor (64 MB in fp32) keeps each chunk's matmuls
     big enough to run near full speed: every chunk re-reads the whole ``(V, C)`` weight
-    three times. Measured at vocab 32k, width 256, 2048 tokens, 2 shared CPU threads, as CPU
-    time over the standard loss (``benchmarks/linear_cross_entropy.py --chunk R``): 128-row
-    chunks +36 to +45%, 256 rows +8 to +12%, 512 rows -8%, while peak memory stays 79-87%
-    below the standard loss's.
+    three times: smaller chunks cost more time for no less memory, which
+    ``benchmarks/linear_cross_entropy.py --chunk R`` measures against the standard loss.
 
     >>> default_chunk_size(2048, 32000, 256)
     512
@@ -67,7 +65,7 @@ def default_chunk_size(n_rows: int, vocab: int, hidden: int) -> int:
 
 
 @torch.library.custom_op("torchsmith::linear_cross_entropy", mutates_args=())
-def _linear_cross_entropy_op(
+def linear_cross_entropy_op(
     x: Tensor, weight: Tensor, target: Tensor, bias: Tensor | None, chunk_size: int,
     ignore_index: int, label_smoothing: float, reduction: str, compute_grad: bool,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -128,7 +126,7 @@ def _linear_cross_entropy_op(
     return loss, grad_x, grad_w, grad_b
 
 
-@_linear_cross_entropy_op.register_fake
+@linear_cross_entropy_op.register_fake
 def _(x, weight, target, bias, chunk_size, ignore_index, label_smoothing, reduction, compute_grad):
     loss = x.new_empty((), dtype=torch.promote_types(x.dtype, torch.float32))
     if not compute_grad:
@@ -161,7 +159,7 @@ def _backward(ctx, grad_loss, _gx, _gw, _gb):
     return gx, gw, None, gb, None, None, None, None, None
 
 
-_linear_cross_entropy_op.register_autograd(_backward, setup_context=_setup_context)
+linear_cross_entropy_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 def linear_cross_entropy(
@@ -215,7 +213,7 @@ def linear_cross_entropy(
         x2, weight = x2.to(dtype), weight.to(dtype)
         bias = bias.to(dtype) if bias is not None else None
     with torch.autocast(device_type, enabled=False):
-        loss, *_ = _linear_cross_entropy_op(
+        loss, *_ = linear_cross_entropy_op(
             x2, weight, t1, bias, int(chunk_size), int(ignore_index), float(label_smoothing), reduction, needs_grad
         )
     return loss

@@ -56,7 +56,8 @@ class CaptureConfig:
     active: int = 3
     """Recorded steps, 1..20. More steps give steadier medians and bigger traces."""
     with_stack: bool = True
-    """Python frames in the trace: needed to name the forward, backward and sync sites; ~2x host overhead."""
+    """Python frames in the trace: needed to name the forward, backward and sync sites; the costliest detail
+    (``benchmarks/doctor_overhead.py`` measures full against light capture)."""
     record_shapes: bool = True
     """Input shapes and dtypes of each op (top operators, float64 detection)."""
     profile_memory: bool = True

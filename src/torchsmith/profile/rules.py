@@ -147,8 +147,8 @@ def data_bound(ctx: DoctorContext) -> Finding | None:
            f"                    num_workers={workers}, persistent_workers=True, prefetch_factor=4,\n"
            f"                    pin_memory={pin}\n")
     # On a CPU the workers decode on the cores the trainer's threads compute on. When data is
-    # most of the step, leave the workers their cores (benchmarks/tune_data_bound.py, 2 cores,
-    # cnn-mini at 72% data wait: 2 workers alone 0.99x, with 1 trainer thread 1.54x).
+    # most of the step, leave the workers their cores: on 2 cores, data-bound cnn-mini gains from
+    # workers only with one trainer thread (benchmarks/tune_data_bound.py measures it).
     threads = None
     if ctx.on_cpu and share >= 0.5:
         threads = threads_beside_workers(ctx.facts.threads.get("cores", 2), workers)
@@ -297,7 +297,8 @@ def memory_heavy_activations(ctx: DoctorContext) -> Finding | None:
            "x = checkpoint(block, x, use_reentrant=False)   # per repeated block: recompute in backward\n"
            "# or keep saved activations in bf16 / offloaded: torch.autograd.graph.saved_tensors_hooks")
     return Finding("memory-heavy-activations", "Activations dominate peak memory", "medium" if share < 0.8 else "high",
-                   evidence, fix, "most of the activation memory for ~20-35% more step time; room for a bigger batch",
+                   evidence, fix, "most of the activation memory for one more forward of each block in backward; "
+                   "room for a bigger batch",
                    0.0)
 
 
@@ -331,7 +332,7 @@ def float64(ctx: DoctorContext) -> Finding | None:
     return Finding("float64", "Training in float64", "high", evidence,
                    "model = model.float()            # and data: x = x.float()\n"
                    "torch.set_default_dtype(torch.float32)", "half the parameter and activation memory; "
-                   "float32 matmuls run ~2x faster on CPU and far faster on GPU", 0.5)
+                   "float32 matmuls run faster on CPU and far faster on GPU", 0.5)
 
 
 @rule("untested-compile-amp", "GPU fp32 without autocast, or compile never tried")

@@ -40,7 +40,7 @@ def suspect_threads(intra: int, cores: int, workers: int) -> list[int]:
       workers leave;
     - and, when every core is in use: one thread. On a small model or a machine whose other
       processes hold a core, OpenMP threads wait on each other at every op; one thread then
-      runs several times faster (measured on a shared 2-core VM: 2 threads 35x slower than 1).
+      runs faster, by a factor that follows the load of the moment (``measure/load.py``).
     """
     if intra < cores:
         found = [cores]

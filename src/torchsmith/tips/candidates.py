@@ -1,6 +1,6 @@
 """Each registered transform alone against the eager fp32 baseline, measured side by side.
 
-The candidates come from the transforms' own registry (``tune.space``), so a new
+The candidates come from the transforms' own registry (``engine.space``), so a new
 transform shows up here without a change to this file. Every candidate plan differs
 from ``Plan()`` in exactly one knob, and all of them run interleaved in one process from
 the same seed over the same batches (:func:`torchsmith.harness.compare.measure_plans`),
@@ -110,7 +110,7 @@ def measure_candidates(workload: Workload, *, steps: int = 6, warmup: int = 2, d
         progress = (lambda done, _, i=i: on_step(i * per_pair + done, total)) if on_step else None
         base, m = measure_plans(workload, [Plan(), c.plan], warmup=warmup, steps=steps, device=device,
                                 on_step=progress)
-        rows.append(_row(c, m, base))
+        rows.append(tip_row(c, m, base))
         baselines.append(base)
     if not cands:
         baselines = measure_plans(workload, [Plan()], warmup=warmup, steps=steps, device=device, on_step=on_step)
@@ -128,7 +128,9 @@ def _pool(baselines: list[PlanMeasurement]) -> PlanMeasurement:
                                peak_memory_bytes=max(peaks) if peaks else None)
 
 
-def _row(c: TipCandidate, m: PlanMeasurement, base: PlanMeasurement) -> TipRow:
+def tip_row(c: TipCandidate, m: PlanMeasurement, base: PlanMeasurement) -> TipRow:
+    """One candidate's row: its speed and memory against ``base``'s, measured in the same rounds."""
+
     def ratio(a: float | None, b: float | None) -> float | None:
         return a / b if a and b else None
 

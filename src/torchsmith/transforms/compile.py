@@ -38,9 +38,9 @@ from torchsmith.transforms.base import Change, DeviceInfo, TransformError, Trans
 # Keys under which Dynamo records compile time: the forward's whole compile (tracing, AOT
 # autograd, Inductor), and the lazily compiled backward.
 COMPILE_SETUP_SECONDS = 25.0
-"""Budget tune sets aside per compile candidate before its first measurement. On 2 CPU cores with
-empty Inductor caches, gpt-mini compiled in 20.5 s whole and 4.5 s block by block (2.1 s and 0.2 s
-with warm caches; benchmarks/compile_time.py)."""
+"""Budget tune sets aside per compile candidate before its first measurement: above gpt-mini's
+whole-model compile with empty Inductor caches on 2 CPU cores, which ``benchmarks/compile_time.py``
+measures (cold and warm, whole and block by block)."""
 
 _COMPILE_TIME_KEYS = ("_compile.compile_inner", "compile_fx.<locals>.bw_compiler")
 

@@ -57,9 +57,9 @@ def _companions(device: DeviceInfo, cfg: LoaderConfig) -> list[dict[str, Any]]:
     """On CPU, workers and the trainer's intra-op threads share the cores: also try each worker
     count with the trainer's threads cut to the cores the workers leave (at least one).
 
-    Measured on 2 cores, cnn-mini as written 72% data wait (benchmarks/tune_data_bound.py):
-    1 trainer thread alone 0.80x, 2 workers alone 0.99x, both 1.54x. Neither wins alone, so a search over one
-    knob at a time never reaches the pair."""
+    On 2 cores with cnn-mini, data-bound as written, neither one trainer thread nor 2 workers wins
+    alone and the pair does (``benchmarks/tune_data_bound.py`` measures all three), so a search over
+    one knob at a time never reaches the pair."""
     if device.type != "cpu" or not cfg.num_workers:
         return []
     return [{"threads": Threads(intra_op=threads_beside_workers(device.cores, cfg.num_workers))}]

@@ -7,6 +7,20 @@ Example::
     result.plan.save("plan.json")
     result.speedup
     torchsmith.write_tune_report(result, "report.html")   # rendering lives in report/, not here
+
+Modules:
+    choose        verdicts on one knob's candidates: passed, won, close calls
+    guard         GuardConfig / guard_rejection: a faster plan counts only if it trains the same
+    mfu           MFU of the as-written and the tuned plan, each against its own dtype's peak
+    pace          the time budget: what a measurement will cost, how many steps fit
+    parse_budget  parse_duration / parse_bytes: ``--budget`` and ``--memory-limit``
+    result        TuneResult / Candidate: every candidate measured, the winner and the proof
+    script        tune_script: the measured search on an unmodified script
+    script_code   the edit that adopts a tuned plan in the script itself
+    script_guard  the loss guard for script runs, and the baseline's reproducibility
+    script_run    run_script: one measured run of an unmodified script under a plan
+    script_space  the knobs a script can take from outside, as candidate plan changes
+    search        search: the greedy, measured search for the fastest plan that keeps the loss
 """
 
 from __future__ import annotations

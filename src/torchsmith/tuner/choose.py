@@ -31,7 +31,7 @@ CLOSE_CALL = 0.10
 """A candidate within 10% of its knob's winner gets a second try on top of the final plan."""
 LARGE_WIN = 1.5
 """A win above this ratio over the current best is re-measured beside it before it is accepted:
-a burst of load on the baseline's steps alone once made one thread look 4.4x faster."""
+a burst of load on the baseline's steps alone once made one thread look several times faster."""
 
 
 @dataclass(frozen=True)

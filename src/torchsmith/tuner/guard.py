@@ -36,7 +36,8 @@ def guard_rejection(m: PlanMeasurement, cfg: GuardConfig) -> str | None:
                 "the candidate diverged (e.g. low precision overflowed or rounded a probability to 1)")
     if m.loss_rel_diff is not None and not m.loss_rel_diff <= cfg.loss_rtol:
         if math.isnan(m.loss_rel_diff):
-            return "loss cannot be compared with the baseline: a non-finite loss in one of the two runs"
+            return ("loss cannot be compared with the baseline: a non-finite loss in one run or both "
+                    "(NaN against NaN is no match either)")
         return (f"loss differs from the baseline by up to {m.loss_rel_diff:.2%} "
                 f"over {len(m.losses)} steps (tolerance {cfg.loss_rtol:.2%})")
     if m.param_rel_diff is not None and not m.param_rel_diff <= cfg.param_rtol:

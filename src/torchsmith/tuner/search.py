@@ -12,7 +12,7 @@ candidate that
 3. fits the memory limit, and
 4. is faster than the current best by more than the noise margin
 
-replaces the current best (``tune.choose``). A candidate whose step-by-step ratios straddle
+replaces the current best (``tuner.choose``). A candidate whose step-by-step ratios straddle
 the winning threshold is measured again, and a win above 1.5x is re-checked beside the best,
 before anything is decided. Memory-saving knobs cost speed, so they are tried only when the
 best plan does not fit the memory limit; then the fastest plan that fits wins. A second look

@@ -177,7 +177,7 @@ def one_thread() -> Iterator[None]:
     """Run torch on one intra-op thread, then restore the count.
 
     Rendering is many small operations: one thread is about as fast as two, and stays fast when
-    other processes hold the cores, where waiting for a descheduled second thread costs ~10x.
+    other processes hold the cores, where waiting for a descheduled second thread costs many times more.
     """
     before = torch.get_num_threads()
     torch.set_num_threads(1)

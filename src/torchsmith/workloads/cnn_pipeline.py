@@ -8,11 +8,11 @@ PIL, take a ``RandomResizedCrop`` (a random box of 25-100% of the area, aspect r
 1/2, then normalise it into a CHW float tensor. The DataLoader as written uses
 ``num_workers=0``, so all of that runs on the training process, in series with the step.
 
-That makes cnn-mini data-bound, as image pipelines often are: on the 2-core development
-CPU the data wait was 38 ms of a 57 ms step as written, 67-72% over runs, about twice the
-small network's forward, backward and optimizer step. This is the case ``doctor`` flags and
-``plan.loader`` fixes, by decoding in worker processes while the step runs: there, two
-workers and one trainer thread ran the step 1.54-1.63x faster (benchmarks/tune_data_bound.py).
+That makes cnn-mini data-bound, as image pipelines often are: on a small CPU the data wait
+is most of the step as written, longer than the small network's forward, backward and
+optimizer step. This is the case ``doctor`` flags and ``plan.loader`` fixes, by decoding in
+worker processes while the step runs (``benchmarks/tune_data_bound.py`` measures the data wait
+and the gain of two workers and one trainer thread).
 
 Unlike most user pipelines it is exact: each sample's augmentation draws from its own RNG
 seeded by ``(seed, epoch, index)``, so the batches are identical with any number of workers,
