@@ -7,12 +7,18 @@ Example::
     loader = make_loader(MmapDataset("store/"), plan.loader, batch_size=64, seed=0)
 
 Modules:
+    block_check   BlockCheck: first-read verification of one shard, block by block, safe under threads
+    checksum      block checksums: the XXH3-128 of each fixed-size block of a shard file
+    index_format  what index.json holds, and its table-driven parser (one validator per field)
     loader        make_loader: a DataLoader from a plan's LoaderConfig, resumable by batch position
     loader_tune   tune_loader: DataLoader throughput across loader arguments, the fastest recommended
     mmap_dataset  MmapDataset: zero-copy reads from a packed store; verify_store
     pack          pack_source / pack_arrays / pack_bytes: sources into a store
     sampler       ResumableSampler: a seeded epoch order that restarts mid-epoch exactly, sharded by rank
+    shard_files   one shard file against its index record: present, its size, mapped without pickle
     store         the packed store: fixed-size .npy shards and an index.json, written atomically
+    upgrade       upgrade_store: a format-1 store (one SHA-256 per shard) re-indexed with block checksums
+    verify        verify_store: the whole-store check behind `torchsmith data verify`, every block
 """
 
 from torchsmith.data.loader import Loader, LoaderArgs, make_loader
