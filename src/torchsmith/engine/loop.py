@@ -190,7 +190,7 @@ def run(workload: Workload, plan: Plan | None = None, *, callbacks: RunCallbacks
         ctx = RunContext(workload=workload, plan=plan, cfg=cfg, callbacks=callbacks or RunCallbacks(),
                          step_fn=step_fn, checkpoints=ckpt, identity=identity, distributed=distributed,
                          device=device)
-        with preemption_handler(enabled=ckpt is not None) as preemption:
+        with preemption_handler(enabled=ckpt is not None, redeliver_on_error=distributed is not None) as preemption:
             result = _train(ctx, _start_point(step_fn, resumed, cfg.steps), preemption)
     finally:
         if ckpt is not None:

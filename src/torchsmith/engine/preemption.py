@@ -25,6 +25,7 @@ Example::
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -69,8 +70,15 @@ class Preempted(Exception):  # noqa: N818  (not an error: a stop on request, aft
 
 
 @contextmanager
-def preemption_handler(enabled: bool) -> Iterator[Preemption]:
-    """Record SIGTERM and SIGUSR1 for the block (main thread only), then restore the previous handlers."""
+def preemption_handler(enabled: bool, redeliver_on_error: bool = False) -> Iterator[Preemption]:
+    """Record SIGTERM and SIGUSR1 for the block (main thread only), then restore the previous handlers.
+
+    ``redeliver_on_error``: when the block fails after a stop signal arrived (no save was possible),
+    the signal is sent again under the restored handler, so the process ends as the sender
+    meant. Under torchrun this matters: after one rank dies the agent SIGTERMs the others, whose
+    next collective then fails; they must die by that SIGTERM as before, not linger writing
+    error reports while the agent restarts the group.
+    """
     preemption = Preemption(enabled=enabled)
     if not enabled or threading.current_thread() is not threading.main_thread():
         yield preemption  # signal.signal works only in the main thread; elsewhere signals act as usual
@@ -78,6 +86,15 @@ def preemption_handler(enabled: bool) -> Iterator[Preemption]:
     previous = {s: signal.signal(s, preemption._handle) for s in STOP_SIGNALS}
     try:
         yield preemption
+    except BaseException:
+        _restore(previous)
+        if redeliver_on_error and preemption.received:
+            os.kill(os.getpid(), preemption.received)
+        raise
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+        _restore(previous)
+
+
+def _restore(previous: dict[signal.Signals, Any]) -> None:
+    for s, handler in previous.items():
+        signal.signal(s, handler)
