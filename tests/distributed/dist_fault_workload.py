@@ -4,12 +4,16 @@ TS_KILL_AT_STEP=k     rank TS_FAULT_RANK SIGKILLs itself in step k, on torchrun'
 TS_FAIL_AT_STEP=k     rank TS_FAULT_RANK raises RuntimeError in step k, on every attempt
 TS_NAN_AT_STEP=k      rank TS_FAULT_RANK's loss value is NaN in step k (its gradients stay finite)
 TS_KILL_IN_SAVE=k     rank 0 SIGKILLs itself while committing step k, on the first attempt
+TS_TERM_AT_STEP=k     rank TS_FAULT_RANK sends itself SIGTERM in step k, on the first attempt (a
+                      preemption that reaches one rank only)
+TS_STEP_SLEEP=s       every rank sleeps s seconds per step (so a test's signal lands a few steps in)
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 
 import torch
 
@@ -33,10 +37,14 @@ def workload():
     def loss(model, batch):
         calls["n"] += 1  # one loss call per step (no micro-batching, no evaluation in these tests)
         step = calls["n"]
+        if os.environ.get("TS_STEP_SLEEP"):
+            time.sleep(float(os.environ["TS_STEP_SLEEP"]))
         value = mlp_loss(model, batch)
         if rank == fault_rank:
             if step == _env("TS_KILL_AT_STEP") and _first_attempt():
                 os.kill(os.getpid(), signal.SIGKILL)
+            if step == _env("TS_TERM_AT_STEP") and _first_attempt():
+                os.kill(os.getpid(), signal.SIGTERM)
             if step == _env("TS_FAIL_AT_STEP"):
                 raise RuntimeError(f"injected failure on rank {rank} at step {step}")
             if step == _env("TS_NAN_AT_STEP"):

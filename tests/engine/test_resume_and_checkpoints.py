@@ -78,3 +78,61 @@ def test_only_the_newest_k_checkpoints_are_kept(tmp_path):
     assert [p.name for p in list_checkpoints(tmp_path)] == ["step_00000005.pt", "step_00000006.pt"]
     run(dropout_workload(), steps=3, checkpoint_dir=tmp_path / "all", checkpoint_every=1, keep_last_k=None)
     assert len(list_checkpoints(tmp_path / "all")) == 3
+
+
+def test_a_restart_of_the_same_run_id_resumes_without_the_flag_and_another_run_refuses(tmp_path, monkeypatch):
+    from torchsmith.engine.identity import CheckpointDirError
+
+    w = dropout_workload()
+    monkeypatch.setenv("TORCHSMITH_RUN_ID", "job-a")
+    run(w, steps=4, checkpoint_dir=tmp_path, checkpoint_every=2)
+    again = run(w, steps=6, checkpoint_dir=tmp_path, overwrite=True)  # the same job restarted: never overwritten
+    assert again.start_step == 4 and again.resumed_from == tmp_path / "step_00000004.pt"
+    assert again.losses == run(w, steps=6).losses[4:]
+    monkeypatch.setenv("TORCHSMITH_RUN_ID", "job-b")
+    with pytest.raises(CheckpointDirError, match="job's run id job-b did not write them"):
+        run(w, steps=8, checkpoint_dir=tmp_path)
+    monkeypatch.setenv("TORCHSMITH_RUN_ID", "bad id!")
+    with pytest.raises(ValueError, match="is not a run id"):
+        run(w, steps=8, checkpoint_dir=tmp_path)
+
+
+def test_a_directory_locked_by_a_live_writer_is_refused_whatever_the_flags(tmp_path):
+    from torchsmith.engine.dir_lock import lock_directory
+    from torchsmith.engine.identity import CheckpointDirError
+
+    held = lock_directory(tmp_path, "other-run")  # another open file description: flock conflicts as across processes
+    try:
+        for flags in ({}, {"resume": True}, {"overwrite": True}):
+            refused = rf"in use by another live run \(pid {os.getpid()} .*other-run"
+            with pytest.raises(CheckpointDirError, match=refused):
+                run(dropout_workload(), steps=2, checkpoint_dir=tmp_path, **flags)
+    finally:
+        held.release()
+    assert run(dropout_workload(), steps=2, checkpoint_dir=tmp_path).end_step == 2  # free again
+
+
+def test_sigterm_mid_run_saves_the_step_under_way_and_resume_is_bit_exact(tmp_path):
+    import signal
+
+    from torchsmith.engine.loop import RunCallbacks
+    from torchsmith.engine.preemption import Preempted
+
+    def preempt(info):
+        if info.step == 3:
+            os.kill(os.getpid(), signal.SIGTERM)  # a real signal, handled between bytecodes
+
+    w = dropout_workload()
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Preempted) as stopped:
+        run(w, steps=20, checkpoint_dir=tmp_path, checkpoint_every=10, callbacks=RunCallbacks(on_step=preempt))
+    assert stopped.value.exit_code == 143 and stopped.value.step == 3
+    assert stopped.value.checkpoint == tmp_path / "step_00000003.pt" and list_checkpoints(tmp_path) == [
+        tmp_path / "step_00000003.pt"]
+    assert signal.getsignal(signal.SIGTERM) == before  # the handler is gone with the run
+    resumed = run(w, steps=20, checkpoint_dir=tmp_path, resume=True)
+    reference = run(w, steps=20)
+    assert stopped.value.result.losses + resumed.losses == reference.losses
+    final, ref = load_checkpoint(tmp_path / "step_00000020.pt"), run(w, steps=20, checkpoint_dir=tmp_path / "r")
+    ref_state = load_checkpoint(tmp_path / "r" / "step_00000020.pt")
+    assert all(torch.equal(v, ref_state["model"][k]) for k, v in final["model"].items()) and ref.end_step == 20

@@ -4,6 +4,7 @@ One module per command group keeps each file short; each registers its commands 
 
 Modules:
     bench         ``bench tips``: every optimisation alone, measured side by side
+    child_process a child command in the foreground, SIGINT/SIGTERM forwarded, its exit code passed on
     common        what every command shares: user errors, the shell exit code, ``--device``/``--json``
     data          ``data pack|verify|tune``: packed memory-mapped datasets and loader tuning
     debug         ``debug grads|nan|gradcheck|graph`` on the ``debug_app`` sub-Typer

@@ -52,6 +52,10 @@ def run_command(
 ) -> None:
     """Train WORKLOAD with a plan: progress bar, exact checkpoint and resume, and a summary table.
 
+    With --checkpoint-dir, SIGTERM or SIGUSR1 ends training after the current step, saves it and
+    exits 143 or 138; --resume continues from it. Under `torchsmith launch`, a restarted worker
+    resumes its own run's newest checkpoint with no flag.
+
     \b
     torchsmith run gpt-mini --plan plan.json --steps 200
     torchsmith run --plan plan.json -- python train.py --lr 3e-4   (exit code passed through)
@@ -65,6 +69,7 @@ def run_command(
         raise typer.Exit(run_script_command(args, plan))
     workload = args[0] if args else None
     from torchsmith.engine.loop import RunFailedError, run
+    from torchsmith.engine.preemption import Preempted
     from torchsmith.harness.run_metrics import measure_run_metrics
     from torchsmith.plan import Plan
     from torchsmith.report.console import console, error_console
@@ -99,6 +104,10 @@ def run_command(
                 )
             except RunFailedError as err:  # trained, but to nothing usable: show what happened, then fail
                 result, failure = err.result, err
+            except Preempted as stopped:
+                # SIGTERM/SIGUSR1: the step under way finished and was saved; the library logged where.
+                # Exit as a shell reports that signal (143, 138), so schedulers see a preemption.
+                raise typer.Exit(stopped.exit_code) from None
         result.metrics.update(measure_run_metrics(w, result))
     if rank_zero:
         if as_json:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import subprocess
+import signal
 import sys
 from pathlib import Path
 from typing import Optional
@@ -28,7 +28,8 @@ def is_command(args: list[str]) -> bool:
 
 def run_script_command(command: list[str], plan_path: Optional[Path]) -> int:
     """Run ``command`` with the plan injected; return its exit code (killed by signal N: 128 + N, as a shell)."""
-    from torchsmith.cli.common import shell_exit_code, user_errors
+    from torchsmith.cli.child_process import run_forwarding_signals
+    from torchsmith.cli.common import user_errors
     from torchsmith.plan import Plan
     from torchsmith.profile.doctor import python_command
     from torchsmith.report.console import error_console
@@ -45,10 +46,11 @@ def run_script_command(command: list[str], plan_path: Optional[Path]) -> int:
                              "take, or use torchsmith.prepare(plan, model, optimizer, loss_fn) in the script.")
         cmd = python_command(command)
         try:
-            code = subprocess.call(cmd, env=script_env({"plan": plan.to_dict()}))
+            # SIGINT/SIGTERM to torchsmith reach the script too, and its exit code comes back.
+            code = run_forwarding_signals(cmd, env=script_env({"plan": plan.to_dict()}))
         except FileNotFoundError:
             raise ValueError(f"cannot run `{cmd[0]}`: no such program on PATH.\n"
                              f"Tip: name the interpreter by path, e.g. -- {sys.executable} train.py") from None
-    if code < 0:
-        error_console.print(f"the script was killed by signal {-code}", highlight=False)
-    return shell_exit_code(code)
+    if code > 128 and code - 128 in signal.valid_signals():
+        error_console.print(f"the script exited {code} ({signal.Signals(code - 128).name})", highlight=False)
+    return code

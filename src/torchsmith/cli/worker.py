@@ -2,10 +2,13 @@
 
 ``@record`` writes an uncaught exception to torchrun's error file, so when a worker fails the
 launcher's summary names the rank and the original exception with its traceback, instead of
-only an exit code. A command that succeeded ends the process group cleanly before exiting.
+only an exit code. A command that succeeded, or stopped on SIGTERM/SIGUSR1 after saving (exit
+143/138), ends the process group cleanly before exiting.
 """
 
 from __future__ import annotations
+
+import signal
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
@@ -18,7 +21,9 @@ def main() -> None:
     try:
         app()  # typer ends with SystemExit, 0 on success
     except SystemExit as done:
-        if done.code in (0, None):
+        # 143/138: every rank agreed to stop after the same step on SIGTERM/SIGUSR1 and saved it,
+        # so all of them reach this barrier together, as on success.
+        if done.code in (0, None, 128 + signal.SIGTERM, 128 + signal.SIGUSR1):
             shutdown()
         raise
     shutdown()

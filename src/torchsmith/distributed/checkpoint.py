@@ -158,16 +158,21 @@ class DistCheckpointer:
         for s, p, ok in steps:
             # Another run's committed steps are never ours to delete (a fresh run refuses such a
             # directory unless --overwrite cleared it, so this only guards against surprises).
-            if s < oldest_kept and (not ok or _marker_run(p) == self.run_id):
+            if s < oldest_kept and (not ok or marker_run(p) == self.run_id):
                 shutil.rmtree(p, ignore_errors=True)
 
     # --- load -------------------------------------------------------------------------
 
-    def load_latest(self, parts: StepParts) -> DistLoaded | None:
-        """Load the newest committed step into ``parts`` (every rank); None if there is none."""
+    def load_latest(self, parts: StepParts, run_id: str | None = None) -> DistLoaded | None:
+        """Load the newest committed step into ``parts`` (every rank); None if there is none.
+        ``run_id``: only that run's steps (a restarted attempt resumes its own run)."""
         skipped = [(p, f"incomplete: no {MARKER} marker (the save was interrupted)")
                    for s, p, ok in reversed(list_steps(self.root)) if not ok]
         committed = [(s, p) for s, p, ok in list_steps(self.root) if ok]
+        if run_id is not None:
+            skipped += [(p, f"written by run {marker_run(p)!r}, not by this run {run_id}")
+                        for s, p in committed if marker_run(p) != run_id]
+            committed = [(s, p) for s, p in committed if marker_run(p) == run_id]
         # Rank 0 chooses the newest committed step whose files match their recorded SHA-256,
         # everyone follows: all ranks must load the same step. -2: there were some, none good.
         corrupt: list[tuple[Path, str]] = []
@@ -268,7 +273,8 @@ def load_model_tensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
 # --- helpers ---------------------------------------------------------------------------
 
 
-def _marker_run(path: Path) -> str:
+def marker_run(path: Path) -> str:
+    """The run id recorded in a committed step's marker; "" when there is none."""
     try:
         return str(json.loads((path / MARKER).read_text()).get("run_id", ""))
     except (OSError, ValueError, AttributeError):

@@ -24,6 +24,9 @@ import uuid
 from dataclasses import dataclass
 from typing import Literal
 
+RUN_ID_ENV = "TORCHSMITH_RUN_ID"
+"""Read by the workers (``engine/identity.py``); the same name, kept here so this layer imports nothing above."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class LaunchConfig:
@@ -88,13 +91,24 @@ def build_command(cfg: LaunchConfig, args: list[str], entry: list[str] = WORKER)
     return cmd, notes
 
 
-def run_command(cmd: list[str], env: dict[str, str] | None = None) -> int:
-    """Run torchrun in the foreground; its exit status (0 only if the job finished)."""
+def launch_env(cmd: list[str], run_id: str | None = None, env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment torchrun and its workers get: the job's run id, loopback gloo on one machine.
+
+    ``run_id`` (default: a fresh one) is created once per ``launch`` and is the same in every
+    torchrun attempt, so a restarted worker knows the checkpoints of its own run and resumes
+    them; a different run into the same directory still refuses (``engine/run_checkpoints.py``).
+    """
     env = dict(os.environ if env is None else env)
+    env[RUN_ID_ENV] = run_id or uuid.uuid4().hex
     # Gloo picks the interface of the host name by default; on one machine, use loopback.
     if "--rdzv-endpoint" in cmd and _is_loopback(cmd[cmd.index("--rdzv-endpoint") + 1].rsplit(":", 1)[0]):
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    return subprocess.call(cmd, env=env)
+    return env
+
+
+def run_command(cmd: list[str], env: dict[str, str] | None = None) -> int:
+    """Run torchrun in the foreground; its exit status (0 only if the job finished)."""
+    return subprocess.call(cmd, env=launch_env(cmd, env=env))
 
 
 def _check_nnodes(nnodes: str) -> None:

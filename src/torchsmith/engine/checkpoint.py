@@ -66,15 +66,22 @@ def save_checkpoint(directory: str | os.PathLike, step: int, state: dict[str, An
     directory = Path(directory)
     final = checkpoint_path(directory, step)
     remove_orphan_temps(directory)
+    what = f"checkpoint {final}"
     try:
         with atomic_file(final) as f:
             torch.save({"format_version": FORMAT_VERSION, "step": step, **state}, f)
+        what = f"the manifest of checkpoint {final}"
         write_manifest(final, step, run_id, workload, plan)
     except OSError as err:
+        if what.startswith("the manifest"):
+            # A file without its manifest cannot be verified, so resume would skip it anyway: delete it
+            # (and a stale manifest of an earlier save of this step) to free its space. Older steps are untouched.
+            final.unlink(missing_ok=True)
+            manifest_path(final).unlink(missing_ok=True)
         free = shutil.disk_usage(directory).free if directory.is_dir() else None
         reason = "the disk is full" if err.errno in (errno.ENOSPC, errno.EDQUOT) else err.strerror or str(err)
         raise CheckpointError(
-            f"could not write checkpoint {final}: {reason} ({format_bytes(free)} free).\n"
+            f"could not write {what}: {reason} ({format_bytes(free)} free); the older checkpoints are intact.\n"
             "Tip: free space or pass a --checkpoint-dir on another disk; --keep-last-k 1 keeps fewer files."
         ) from None
     return final
@@ -88,7 +95,7 @@ def prune_checkpoints(directory: str | os.PathLike, keep_last_k: int | None, run
     """
     if keep_last_k is None:
         return []
-    mine = [p for p in list_checkpoints(directory) if run_id is None or _owner(p) == run_id]
+    mine = [p for p in list_checkpoints(directory) if run_id is None or checkpoint_owner(p) == run_id]
     old = mine[:-keep_last_k] if keep_last_k > 0 else mine
     for path in old:
         path.unlink(missing_ok=True)
@@ -96,7 +103,8 @@ def prune_checkpoints(directory: str | os.PathLike, keep_last_k: int | None, run
     return old
 
 
-def _owner(path: Path) -> str | None:
+def checkpoint_owner(path: Path) -> str | None:
+    """The run id in ``path``'s manifest; None when the manifest is missing or malformed."""
     try:
         return read_manifest(path).run_id
     except ManifestError:

@@ -22,8 +22,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from torchsmith.distributed.checkpoint import DistCheckpointer, DistLoaded, list_steps
-from torchsmith.distributed.runtime import DistContext, init_from_env, mean_over_ranks, shard_batch
+from torchsmith.distributed.checkpoint import DistCheckpointer, DistLoaded, list_steps, marker_run
+from torchsmith.distributed.runtime import DistContext, any_rank, init_from_env, mean_over_ranks, shard_batch
+from torchsmith.engine.dir_lock import DirLock, lock_directory
+from torchsmith.engine.identity import CheckpointDirError
 from torchsmith.plan import DDP, Plan, Single
 from torchsmith.seeding import rng_state
 
@@ -49,6 +51,16 @@ class DistSession:
     def shard(self, batch: Any) -> Any:
         return shard_batch(batch, self.ctx.rank, self.ctx.world_size)
 
+    def agreed(self, value: str | None) -> str | None:
+        """Rank 0's ``value`` on every rank (e.g. the run id: nodes launched apart may disagree)."""
+        box = [value]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def any_rank(self, flag: bool) -> bool:
+        """True on every rank when ``flag`` is true on any (one all-reduce: a decision taken together)."""
+        return any_rank(flag, self.ctx.device)
+
     # --- checkpoints (engine/run_checkpoints.py adds the run identity around these) -------
 
     def _checkpointer(self) -> DistCheckpointer:
@@ -60,6 +72,23 @@ class DistSession:
         """Step directories already in the checkpoint directory, oldest first."""
         return [p for _, p, _ in list_steps(self._checkpointer().root)]
 
+    def owners(self) -> list[str]:
+        """The run id of each committed step directory, oldest first."""
+        return [marker_run(p) for _, p, ok in list_steps(self._checkpointer().root) if ok]
+
+    def lock_directory(self, run_id: str) -> DirLock | None:
+        """Rank 0 holds the checkpoint directory's lock for the job; every rank raises if it is taken."""
+        lock, refusal = None, None
+        if self.ctx.rank == 0:
+            try:
+                lock = lock_directory(self._checkpointer().root, run_id)
+            except ValueError as err:
+                refusal = err
+        if self.any_rank(refusal is not None):  # every rank must stop together, or the others hang
+            raise refusal or CheckpointDirError(f"--checkpoint-dir {self._checkpointer().root} is in use by "
+                                                "another live run (rank 0 names it).")
+        return lock
+
     def clear(self) -> None:
         """``--overwrite``: rank 0 deletes every step directory, once every rank has looked."""
         dist.barrier()
@@ -68,9 +97,10 @@ class DistSession:
                 shutil.rmtree(p, ignore_errors=True)
         dist.barrier()
 
-    def load_latest(self, step_fn: Any) -> DistLoaded | None:
-        """Model and optimizer are restored in place; ``.state`` holds the rest for ``run``."""
-        return self._checkpointer().load_latest(step_fn.parts)
+    def load_latest(self, step_fn: Any, run_id: str | None = None) -> DistLoaded | None:
+        """Model and optimizer are restored in place; ``.state`` holds the rest for ``run``.
+        ``run_id``: only that run's steps."""
+        return self._checkpointer().load_latest(step_fn.parts, run_id=run_id)
 
     def save(self, step_fn: Any, step: int, plan: Plan, position: tuple[int, int], epoch_rng: dict,
              identity: dict[str, str] | None = None, prune: bool = True) -> Path:

@@ -1,6 +1,10 @@
 """Which run a checkpoint belongs to, and whether a resume continues the same training.
 
 * ``run_id``: a fresh id per run, inherited on ``--resume``; pruning deletes only its files.
+  ``torchsmith launch`` creates one id per job and gives it to every torchrun attempt
+  (``TORCHSMITH_RUN_ID``): a restarted attempt finds its own checkpoints by it and resumes
+  them with no flag (``engine/run_checkpoints.py``). torchrun's ``TORCHELASTIC_RESTART_COUNT``
+  alone cannot tell: a restart after a membership change keeps the count at 0.
 * workload fingerprint: the workload's name and seed, the model's class and every state-dict
   entry's name, shape and dtype, the optimizer's class and hyperparameters. Two workloads
   "of the same shape" still differ by name or hyperparameters.
@@ -20,6 +24,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import tempfile
 import uuid
 from dataclasses import dataclass
@@ -30,6 +35,10 @@ import torch
 
 from torchsmith.plan import Plan
 from torchsmith.workload import Workload
+
+RUN_ID_ENV = "TORCHSMITH_RUN_ID"
+"""The run id ``torchsmith launch`` passes to every attempt of one job (one id per job, not per attempt)."""
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 class ResumeMismatchError(ValueError):
@@ -47,8 +56,9 @@ class RunIdentity:
     plan: str
 
     @classmethod
-    def fresh(cls, workload: str, plan: str) -> RunIdentity:
-        return cls(uuid.uuid4().hex, workload, plan)
+    def fresh(cls, workload: str, plan: str, run_id: str | None = None) -> RunIdentity:
+        """A new run: ``run_id`` when the launcher gave one (see :func:`inherited_run_id`), else a fresh id."""
+        return cls(run_id or uuid.uuid4().hex, workload, plan)
 
     def adopt(self, run_id: str) -> RunIdentity:
         """The same fingerprints under a resumed run's id."""
@@ -64,6 +74,31 @@ class RunIdentity:
                 f"refused to resume from {path}: it was written with a different " + " and ".join(diffs) + ".\n"
                 "Tip: resume with the workload and --plan that wrote it, start a fresh run in a new "
                 "--checkpoint-dir, or pass --force to load it anyway.")
+
+
+def inherited_run_id() -> str | None:
+    """The id of the job this process is an attempt of, or None for a run on its own.
+
+    ``TORCHSMITH_RUN_ID`` (set once per job by ``torchsmith launch``, or by hand: a SLURM job id
+    makes a requeued job resume); else, in a worker of a plain ``torchrun --rdzv-id ID``, that
+    job id; torchrun's default id ``none`` names no job.
+    """
+    given = os.environ.get(RUN_ID_ENV, "").strip()
+    if given:
+        return check_run_id(given, f"{RUN_ID_ENV}=")
+    elastic = os.environ.get("TORCHELASTIC_RUN_ID", "").strip()
+    if "RANK" in os.environ and elastic and elastic != "none" and _RUN_ID.match(f"torchrun-{elastic}"):
+        return f"torchrun-{elastic}"
+    return None
+
+
+def check_run_id(value: str, where: str = "--run-id ") -> str:
+    """``value`` if it is a usable run id (it names files and log lines), else a one-line ValueError."""
+    if not _RUN_ID.match(value):
+        raise ValueError(f"{where}{value[:80]!r} is not a run id: expected 1-64 letters, digits, '.', '_' or '-', "
+                         "starting with a letter or digit.\n"
+                         "Tip: leave it out (torchsmith launch makes one per job) or use e.g. your scheduler's job id.")
+    return value
 
 
 def _digest(data: Any) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,8 +16,9 @@ import torch
 
 from torchsmith.engine.dist_session import DistSession
 from torchsmith.engine.evaluate import evaluate
-from torchsmith.engine.identity import RunIdentity, plan_fingerprint, workload_fingerprint
+from torchsmith.engine.identity import RunIdentity, inherited_run_id, plan_fingerprint, workload_fingerprint
 from torchsmith.engine.outcome import RunFailedError, check_outcome  # noqa: F401  (RunFailedError re-exported)
+from torchsmith.engine.preemption import Preempted, Preemption, preemption_handler
 from torchsmith.engine.run_checkpoints import DistCheckpoints, LocalCheckpoints, restore
 from torchsmith.engine.step import Step, prepare
 from torchsmith.measure.timing import PhaseSummary, PhaseTimer
@@ -57,6 +59,7 @@ class RunResult:
     start_step: int
     """Steps already done before this process started (0 unless resumed)."""
     end_step: int
+    """The last step trained: ``steps``, or the step a stop signal ended training after."""
     losses: list[float]
     """Training loss of each step run by this process, steps start_step+1 .. end_step."""
     val_losses: list[tuple[int, float]]
@@ -76,6 +79,8 @@ class RunResult:
     compile_seconds: float = 0.0
     """Time torch.compile spent tracing and compiling (forward and backward) during the run, as
     Dynamo records it; part of ``first_step_seconds`` (and of any step that recompiled)."""
+    stop_signal: int = 0
+    """The signal (SIGTERM, SIGUSR1) that ended training after ``end_step``, saved; 0: it ran to ``steps``."""
 
     @property
     def final_loss(self) -> float | None:
@@ -153,10 +158,13 @@ def run(workload: Workload, plan: Plan | None = None, *, callbacks: RunCallbacks
     Options are the fields of :class:`RunConfig`, given as keywords or as ``config``.
     ``steps`` counts from the start of training: resuming a 10-step checkpoint with
     ``steps=20`` runs steps 11..20 and ends exactly where an uninterrupted 20-step run
-    ends (bit for bit on CPU).
+    ends (bit for bit on CPU). A restarted torchrun attempt of the same job resumes its own
+    newest checkpoint without ``resume`` (see ``engine/run_checkpoints.py``).
 
     Raises :class:`RunFailedError` (holding the result) when the final loss is non-finite or
-    every step was skipped as non-finite, unless ``allow_nonfinite``.
+    every step was skipped as non-finite, unless ``allow_nonfinite``; and, with a
+    ``checkpoint_dir``, :class:`Preempted` after SIGTERM or SIGUSR1, once the step under way
+    has finished and been saved (``engine/preemption.py``).
 
     Example::
 
@@ -166,30 +174,74 @@ def run(workload: Workload, plan: Plan | None = None, *, callbacks: RunCallbacks
     """
     cfg = dataclasses.replace(config, **options) if config is not None else RunConfig(**options)
     user_plan = plan or Plan()
-    cb = callbacks or RunCallbacks()
     device = resolve_device(cfg.device)
     # Under torchrun: join the group, DDP by default, batch slices, DCP checkpoints (engine/dist_session.py).
     distributed = DistSession.from_env(device, cfg.checkpoint_dir, keep_last_k=cfg.keep_last_k,
                                        async_save=cfg.async_checkpoint)
     plan = distributed.plan(user_plan) if distributed else user_plan
     device = distributed.ctx.device if distributed else device
+    run_id = distributed.agreed(inherited_run_id()) if distributed else inherited_run_id()
     ckpt = _checkpoints(cfg, distributed)
-    if ckpt is not None:
-        ckpt.prepare(cfg.resume, cfg.overwrite)  # before any compute: writable, not another run's files
-    step_fn, identity = _build(workload, plan, user_plan, device)
-    resumed, identity, note = _resume(cfg, ckpt, step_fn, identity)
-    start, position, resume_rng = 0, (0, 0), None
-    if resumed is not None:
-        start, position, epoch_rng = restore(step_fn, resumed.state)
-        resume_rng = (epoch_rng, resumed.state["rng"])
-    if cfg.steps < start:
-        raise ValueError(f"--steps {cfg.steps} is below the checkpoint's step {start}; steps counts the total run.\n"
-                         f"Tip: pass --steps {start + 1} or more to continue training.")
-    result = _train(workload, plan, cfg, cb, step_fn, ckpt, identity, distributed, device, start, position, resume_rng)
+    try:
+        # Before any compute: writable, no other live writer, and not another run's files.
+        continues = ckpt.prepare(cfg.resume, cfg.overwrite, run_id) if ckpt is not None else False
+        step_fn, identity = _build(workload, plan, user_plan, device, run_id)
+        resumed, identity, note = _resume(cfg, ckpt, step_fn, identity, continues)
+        ctx = RunContext(workload=workload, plan=plan, cfg=cfg, callbacks=callbacks or RunCallbacks(),
+                         step_fn=step_fn, checkpoints=ckpt, identity=identity, distributed=distributed,
+                         device=device)
+        with preemption_handler(enabled=ckpt is not None, redeliver_on_error=distributed is not None) as preemption:
+            result = _train(ctx, _start_point(step_fn, resumed, cfg.steps), preemption)
+    finally:
+        if ckpt is not None:
+            ckpt.release()  # the directory is free for the next process (a restart, a --resume)
     result.resumed_from, result.resume_note = (resumed.path if resumed else None), note
     result.skipped_checkpoints = resumed.skipped if resumed else []
+    if result.stop_signal:
+        stopped = Preempted(result.stop_signal, result.end_step, result.checkpoints[-1], result)
+        if distributed is None or distributed.ctx.rank == 0:
+            log.warning("%s", stopped)  # the one line that says where the work since the last checkpoint went
+        raise stopped
     check_outcome(result, step_fn, cfg.allow_nonfinite)
     return result
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunContext:
+    """What the loop of one run works with, built once by ``run`` before step 1."""
+
+    workload: Workload
+    plan: Plan
+    """The plan as applied (under torchrun ``Single`` has become ``DDP``)."""
+    cfg: RunConfig
+    callbacks: RunCallbacks
+    step_fn: Step
+    checkpoints: Any
+    """LocalCheckpoints, DistCheckpoints (under torchrun) or None: no checkpoint directory."""
+    identity: RunIdentity
+    distributed: DistSession | None
+    device: torch.device
+
+
+@dataclass(frozen=True)
+class StartPoint:
+    """Where training starts: 0 for a fresh run, a checkpoint's step after a resume."""
+
+    step: int = 0
+    position: tuple[int, int] = (0, 0)
+    """(epoch, batch index) of the next batch."""
+    rng: tuple[dict, dict] | None = None
+    """(RNG state at that epoch's start, RNG state at the checkpoint); None for a fresh run."""
+
+
+def _start_point(step_fn: Step, resumed: Any, steps: int) -> StartPoint:
+    if resumed is None:
+        return StartPoint()
+    start, position, epoch_rng = restore(step_fn, resumed.state)
+    if steps < start:
+        raise ValueError(f"--steps {steps} is below the checkpoint's step {start}; steps counts the total run.\n"
+                         f"Tip: pass --steps {start + 1} or more to continue training.")
+    return StartPoint(start, position, (epoch_rng, resumed.state["rng"]))
 
 
 def _checkpoints(cfg: RunConfig, distributed: DistSession | None) -> Any:
@@ -202,91 +254,134 @@ def _checkpoints(cfg: RunConfig, distributed: DistSession | None) -> Any:
     return LocalCheckpoints(Path(cfg.checkpoint_dir), cfg.keep_last_k)
 
 
-def _build(workload: Workload, plan: Plan, user_plan: Plan, device: torch.device) -> tuple[Step, RunIdentity]:
+def _build(workload: Workload, plan: Plan, user_plan: Plan, device: torch.device,
+           run_id: str | None = None) -> tuple[Step, RunIdentity]:
     """``build_step``, plus this run's identity (fingerprints of the model as built, before the plan)."""
     seed_everything(workload.seed)
     model = workload.model().to(device)
     optimizer = workload.optimizer(model.parameters())
-    identity = RunIdentity.fresh(workload_fingerprint(workload, model, optimizer), plan_fingerprint(user_plan))
+    identity = RunIdentity.fresh(workload_fingerprint(workload, model, optimizer), plan_fingerprint(user_plan),
+                                 run_id)
     scheduler = workload.scheduler(optimizer) if workload.scheduler else None
     return prepare(plan, model, optimizer, workload.loss, scheduler=scheduler, device=device), identity
 
 
-def _resume(cfg: RunConfig, ckpt: Any, step_fn: Step, identity: RunIdentity) -> tuple[Any, RunIdentity, str | None]:
-    """(the checkpoint resumed from or None, this run's identity, a note when there was nothing to resume)."""
-    if not cfg.resume:
+def _resume(cfg: RunConfig, ckpt: Any, step_fn: Step, identity: RunIdentity,
+            continues: bool) -> tuple[Any, RunIdentity, str | None]:
+    """(the checkpoint resumed from or None, this run's identity, a note when there was nothing to resume).
+
+    ``continues``: a restarted attempt of the run that owns checkpoints in the directory; it
+    resumes that run's newest good one with no ``resume`` flag."""
+    if not (cfg.resume or continues):
         return None, identity, None
-    resumed = ckpt.load(step_fn, identity, cfg.force)
+    resumed = ckpt.load(step_fn, identity, cfg.force, own_only=continues)
     if resumed is None:
         note = f"--resume found no checkpoint in {cfg.checkpoint_dir}: nothing to resume, training starts at step 0."
         log.warning(note)
         return None, identity, note
+    if continues:
+        restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        log.info("run %s restarted (torchrun restart %s): resuming its checkpoint %s (step %s)",
+                 identity.run_id, restart, resumed.path, resumed.state.get("step"))
     return resumed, identity.adopt(resumed.run_id), None
 
 
-def _train(workload: Workload, plan: Plan, cfg: RunConfig, cb: RunCallbacks, step_fn: Step, ckpt: Any,
-           identity: RunIdentity, distributed: DistSession | None, device: torch.device, start: int,
-           position: tuple[int, int], resume_rng: tuple[dict, dict] | None) -> RunResult:
-    """The training loop proper: steps start+1 .. cfg.steps, evaluation and checkpoints."""
-    steps = cfg.steps
+def _train(ctx: RunContext, start: StartPoint, preemption: Preemption) -> RunResult:
+    """The training loop proper: steps start+1 .. cfg.steps, evaluation and checkpoints; a stop
+    signal ends it after the step under way, with that step saved."""
+    cfg, step_fn, distributed = ctx.cfg, ctx.step_fn, ctx.distributed
     # On resume, the data iterator is rebuilt from the RNG state of its epoch's start, then the
     # RNG is set to the checkpoint's: the data source may draw from the global RNG too.
-    source, loader_change = apply_loader(workload, plan.loader)  # plan.loader rebuilds a factory-made loader
-    batches = _batches(workload, *position, resume_rng=resume_rng, source=source)
-
-    unit, per_batch = workload.throughput_unit
-    on_cuda = device.type == "cuda"
+    source, loader_change = apply_loader(ctx.workload, ctx.plan.loader)  # rebuilds a factory-made loader
+    batches = _batches(ctx.workload, *start.position, resume_rng=start.rng, source=source)
+    on_cuda = ctx.device.type == "cuda"
     timer = PhaseTimer(sync_cuda=cfg.phase_sync and on_cuda, sync_step=on_cuda and not cfg.phase_sync)
     step_fn.timer = timer
-    losses: list[torch.Tensor] = []
-    val_losses: list[tuple[int, float]] = []
-    checkpoints: list[Path] = []
-    memory: dict[str, Any] = {}
+    out = _Trained()
     from torchsmith.transforms.compile import compile_seconds
 
     compiled_before = compile_seconds()
-    if cb.on_start:
-        cb.on_start(start, steps)
-    for step in range(start + 1, steps + 1):
+    if ctx.callbacks.on_start:
+        ctx.callbacks.on_start(start.step, cfg.steps)
+    step = start.step
+    for step in range(start.step + 1, cfg.steps + 1):
         t0 = time.perf_counter()
         epoch, index, batch, epoch_rng = next(batches)
         timer.add("data", time.perf_counter() - t0)
         # Peak memory is tracked on the second step (a warm-up step, outside the median): the first
         # may include compilation, and tracking costs ~10% of a step on CPU.
-        with _track_memory(step_fn, memory, enabled=step == min(start + 2, steps)):
-            losses.append(step_fn(distributed.shard(batch) if distributed else batch))
-        times = timer.end_step()
-        if cb.on_step:
-            read = step % cfg.log_every == 0 or step == steps
-            rate = per_batch / times["step"] if per_batch and times["step"] > 0 else None
-            cb.on_step(StepInfo(step, steps, losses[-1].item() if read else None, times["step"], rate))
-        if cfg.eval_every and (step % cfg.eval_every == 0 or step == steps):
-            val = evaluate(step_fn.model, workload.iter_eval_batches(), workload.loss, device, cfg.eval_batches)
-            if val is not None:
-                val_losses.append((step, val))
-                if cb.on_eval:
-                    cb.on_eval(step, val)
-        if ckpt is not None and (step == steps or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0)):
-            # A non-finite loss (with the update applied) must not push older good checkpoints out.
-            prune = _skips_bad_steps(step_fn) or bool(torch.isfinite(losses[-1]).all())  # a sync, once per save
-            checkpoints.append(ckpt.save(step_fn, step, plan, identity, (epoch, index + 1), epoch_rng, prune))
-            if cb.on_checkpoint:
-                cb.on_checkpoint(checkpoints[-1])
+        with _track_memory(step_fn, out.memory, enabled=step == min(start.step + 2, cfg.steps)):
+            out.losses.append(step_fn(distributed.shard(batch) if distributed else batch))
+        _report_step(ctx, step, out.losses[-1], timer.end_step())
+        _evaluate_if_due(ctx, step, out.val_losses)
+        out.stop_signal = preemption.stop_signal(distributed)  # the named point where a stop signal ends training
+        if out.stop_signal or _checkpoint_due(cfg, step):
+            _save(ctx, step, (epoch, index + 1), epoch_rng, out)
+        if out.stop_signal:
+            break
 
     loader_change.revert()  # stops persistent workers now, not at garbage collection
+    losses = out.losses
     if distributed is not None:
         distributed.finish()  # commit an async checkpoint still being written
         losses = list(distributed.losses(torch.stack(losses))) if losses else losses
     summary = timer.summary(warmup=min(2, max(0, len(timer.steps) - 1)))
+    unit, per_batch = ctx.workload.throughput_unit
     return RunResult(
-        workload=workload.name, plan=plan, device=str(device), start_step=start, end_step=steps,
-        losses=torch.stack(losses).tolist() if losses else [], val_losses=val_losses, phases=summary,
+        workload=ctx.workload.name, plan=ctx.plan, device=str(ctx.device), start_step=start.step, end_step=step,
+        losses=torch.stack(losses).tolist() if losses else [], val_losses=out.val_losses, phases=summary,
         first_step_seconds=timer.steps[0]["step"] if timer.steps else 0.0,
         throughput=per_batch / summary.step_median if per_batch and summary.step_median else None,
-        throughput_unit=f"{unit}/s", checkpoints=checkpoints,
-        changes=step_fn.describe() + ([f"loader: {loader_change.summary}"] if workload.loader else []),
-        metrics=memory, compile_seconds=compile_seconds() - compiled_before,
+        throughput_unit=f"{unit}/s", checkpoints=out.checkpoints,
+        changes=step_fn.describe() + ([f"loader: {loader_change.summary}"] if ctx.workload.loader else []),
+        metrics=out.memory, compile_seconds=compile_seconds() - compiled_before, stop_signal=out.stop_signal,
     )
+
+
+@dataclass
+class _Trained:
+    """What the loop collects, step by step."""
+
+    losses: list[torch.Tensor] = field(default_factory=list)
+    val_losses: list[tuple[int, float]] = field(default_factory=list)
+    checkpoints: list[Path] = field(default_factory=list)
+    memory: dict[str, Any] = field(default_factory=dict)
+    stop_signal: int = 0
+
+
+def _report_step(ctx: RunContext, step: int, loss: torch.Tensor, times: dict[str, float]) -> None:
+    if ctx.callbacks.on_step is None:
+        return
+    steps, per_batch = ctx.cfg.steps, ctx.workload.throughput_unit[1]
+    read = step % ctx.cfg.log_every == 0 or step == steps
+    rate = per_batch / times["step"] if per_batch and times["step"] > 0 else None
+    ctx.callbacks.on_step(StepInfo(step, steps, loss.item() if read else None, times["step"], rate))
+
+
+def _evaluate_if_due(ctx: RunContext, step: int, val_losses: list[tuple[int, float]]) -> None:
+    every = ctx.cfg.eval_every
+    if not every or (step % every and step != ctx.cfg.steps):
+        return
+    val = evaluate(ctx.step_fn.model, ctx.workload.iter_eval_batches(), ctx.workload.loss, ctx.device,
+                   ctx.cfg.eval_batches)
+    if val is not None:
+        val_losses.append((step, val))
+        if ctx.callbacks.on_eval:
+            ctx.callbacks.on_eval(step, val)
+
+
+def _checkpoint_due(cfg: RunConfig, step: int) -> bool:
+    return cfg.checkpoint_dir is not None and (step == cfg.steps or bool(cfg.checkpoint_every
+                                                                          and step % cfg.checkpoint_every == 0))
+
+
+def _save(ctx: RunContext, step: int, position: tuple[int, int], epoch_rng: dict, out: _Trained) -> None:
+    # A non-finite loss (with the update applied) must not push older good checkpoints out.
+    prune = _skips_bad_steps(ctx.step_fn) or bool(torch.isfinite(out.losses[-1]).all())  # a sync, once per save
+    out.checkpoints.append(ctx.checkpoints.save(ctx.step_fn, step, ctx.plan, ctx.identity, position, epoch_rng,
+                                                prune))
+    if ctx.callbacks.on_checkpoint:
+        ctx.callbacks.on_checkpoint(out.checkpoints[-1])
 
 
 def _skips_bad_steps(step_fn: Step) -> bool:

@@ -4,10 +4,22 @@ One process writes ``step_*.pt`` files (``engine/checkpoint.py``); under torchru
 distributed session writes DCP step directories instead, behind the same three calls
 (``prepare``, ``load``, ``save``), so ``run`` reads the same either way.
 
+Which checkpoints a run may use:
+
+* ``--resume``: the newest good checkpoint in the directory, whichever run wrote it (the
+  fingerprints must match, unless ``--force``).
+* a restarted attempt of the same job (torchrun after a failure or a membership change): the
+  launcher's run id (``engine/identity.py``) owns checkpoints here, so the attempt resumes the
+  newest good one *of that run*, with no flag, and never ``--overwrite`` s them.
+* otherwise a fresh run, which refuses a directory holding checkpoints (``--overwrite`` deletes them).
+
+Every writer holds the directory's lock (``engine/dir_lock.py``) for the run, so a second live
+process into it is refused, whatever its flags.
+
 Example::
 
     ckpt = LocalCheckpoints(Path("ckpt"), keep_last_k=3)
-    ckpt.prepare(resume=False, overwrite=False)      # before step 1: writable, not another run's
+    continues = ckpt.prepare(resume=False, overwrite=False, run_id=None)  # before step 1
     loaded = ckpt.load(step_fn, identity, force=False)
     path = ckpt.save(step_fn, 10, plan, identity, (0, 10), epoch_rng, prune=True)
 """
@@ -20,12 +32,14 @@ from typing import Any
 
 from torchsmith.engine.checkpoint import (
     CheckpointError,
+    checkpoint_owner,
     list_checkpoints,
     load_latest_checkpoint,
     prune_checkpoints,
     remove_checkpoints,
     save_checkpoint,
 )
+from torchsmith.engine.dir_lock import DirLock, lock_directory
 from torchsmith.engine.identity import CheckpointDirError, RunIdentity, check_writable
 from torchsmith.engine.step import Step
 from torchsmith.plan import Plan
@@ -45,15 +59,22 @@ class Resumed:
     skipped: list[tuple[Path, str]] = field(default_factory=list)
 
 
-def refuse_other_runs(directory: Path, found: list[Any], overwrite: bool) -> None:
+def refuse_other_runs(directory: Path, found: list[Any], overwrite: bool, run_id: str | None = None) -> None:
     """A fresh run refuses a directory holding checkpoints unless told to ``--overwrite`` them."""
     if found and not overwrite:
+        launched = (f" This job's run id {run_id} did not write them, so it is not a restart of that run."
+                    if run_id else "")
         raise CheckpointDirError(
             f"--checkpoint-dir {directory} already holds {len(found)} checkpoint(s) "
             f"(newest {Path(str(found[-1])).name}) "
-            "and this run was not started with --resume.\n"
+            f"and this run was not started with --resume.{launched}\n"
             "Tip: pass --resume to continue that run, --overwrite to delete its checkpoints and start over, "
             "or choose an empty --checkpoint-dir.")
+
+
+def continues_run(owners: list[str], run_id: str | None) -> bool:
+    """A restarted attempt of the run that wrote checkpoints here: its launcher's run id owns one."""
+    return run_id is not None and run_id in owners
 
 
 class LocalCheckpoints:
@@ -64,25 +85,36 @@ class LocalCheckpoints:
             raise ValueError(f"keep_last_k must be >= 1 or None (keep all), found {keep_last_k}.")
         self.directory = Path(directory)
         self.keep_last_k = keep_last_k
+        self.lock: DirLock | None = None
 
-    def prepare(self, resume: bool, overwrite: bool) -> None:
-        """Before step 1: the directory is writable, and a fresh run does not mix with another's files."""
+    def prepare(self, resume: bool, overwrite: bool, run_id: str | None = None) -> bool:
+        """Before step 1: the directory is writable and no other live run's, and a fresh run does not
+        mix with another's files. True when this is a restart of the run ``run_id`` that wrote them."""
         check_writable(self.directory)
-        if not resume:
-            refuse_other_runs(self.directory, list_checkpoints(self.directory), overwrite)
-            if overwrite:
-                remove_checkpoints(self.directory)
+        self.lock = lock_directory(self.directory, run_id or "unnamed")
+        if resume:
+            return False
+        found = list_checkpoints(self.directory)
+        if continues_run([checkpoint_owner(p) or "" for p in found], run_id):
+            return True  # the same run restarted: resume it, and never --overwrite its own work
+        refuse_other_runs(self.directory, found, overwrite, run_id)
+        if overwrite:
+            remove_checkpoints(self.directory)
+        return False
 
     def exists(self) -> bool:
         return bool(list_checkpoints(self.directory))
 
-    def load(self, step_fn: Step, identity: RunIdentity, force: bool) -> Resumed | None:
-        """The newest checkpoint that verifies, holds every key and fits the model; None if none."""
+    def load(self, step_fn: Step, identity: RunIdentity, force: bool, own_only: bool = False) -> Resumed | None:
+        """The newest checkpoint that verifies, holds every key and fits the model; None if none.
+        ``own_only``: only the checkpoints of ``identity.run_id`` (a restarted attempt of that run)."""
 
         def accept(path: Path, state: dict[str, Any]) -> None:
             missing = [k for k in REQUIRED if k not in state]
             if missing:
                 raise CheckpointError(f"{path} lacks {', '.join(map(repr, missing))}: not a complete checkpoint.")
+            if own_only and state.get("run_id") != identity.run_id:
+                raise CheckpointError(f"{path} belongs to run {state.get('run_id')!r}, not to run {identity.run_id}.")
             identity.check(path, state.get("workload_fingerprint", ""), state.get("plan_fingerprint", ""), force)
             load_model_and_optimizer(step_fn, state, path)
 
@@ -104,6 +136,11 @@ class LocalCheckpoints:
     def finish(self) -> None:
         pass
 
+    def release(self) -> None:
+        """The run is over (or failed): another process may write the directory now."""
+        if self.lock is not None:
+            self.lock.release()
+
 
 class DistCheckpoints:
     """Under torchrun: the session's DCP step directories, with the same identity rules."""
@@ -111,16 +148,26 @@ class DistCheckpoints:
     def __init__(self, session: Any):
         self.session = session
         self.directory = Path(session.checkpointer.root)
+        self.lock: DirLock | None = None
 
-    def prepare(self, resume: bool, overwrite: bool) -> None:
+    def prepare(self, resume: bool, overwrite: bool, run_id: str | None = None) -> bool:
+        """As :meth:`LocalCheckpoints.prepare`, on every rank; every rank reaches the same answer from
+        the same files (``run_id`` is rank 0's), and rank 0 holds the directory's lock for the job."""
         check_writable(self.directory)  # every rank: the directory may be on a node-local disk
-        if not resume:
-            refuse_other_runs(self.directory, self.session.existing(), overwrite)
-            if overwrite:
-                self.session.clear()
+        self.lock = self.session.lock_directory(run_id or "unnamed")
+        if resume:
+            return False
+        found = self.session.existing()
+        if continues_run(self.session.owners(), run_id):
+            return True  # the same run restarted: resume it, and never --overwrite its own work
+        refuse_other_runs(self.directory, found, overwrite, run_id)
+        if overwrite:
+            self.session.clear()
+        return False
 
-    def load(self, step_fn: Step, identity: RunIdentity, force: bool) -> Resumed | None:
-        loaded = self.session.load_latest(step_fn)  # model and optimizer restored in place
+    def load(self, step_fn: Step, identity: RunIdentity, force: bool, own_only: bool = False) -> Resumed | None:
+        # model and optimizer restored in place
+        loaded = self.session.load_latest(step_fn, run_id=identity.run_id if own_only else None)
         if loaded is None:
             return None
         state = loaded.state
@@ -135,6 +182,10 @@ class DistCheckpoints:
 
     def finish(self) -> None:
         self.session.finish()
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
 
 
 def local_state(step_fn: Step, plan: Plan, position: tuple[int, int], epoch_rng: dict) -> dict[str, Any]:

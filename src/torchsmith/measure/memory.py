@@ -127,7 +127,9 @@ def _plain_tensors(t: torch.Tensor) -> Iterator[torch.Tensor]:
     if is_traceable_wrapper_subclass(t):
         attrs, _ = t.__tensor_flatten__()
         for name in attrs:
-            yield from _plain_tensors(getattr(t, name))
+            inner = getattr(t, name)
+            if isinstance(inner, torch.Tensor):  # torch 2.13's DTensor also lists its DeviceMesh here
+                yield from _plain_tensors(inner)
     else:
         yield t
 
