@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).parent / "scripts" / "plain_loop.py"
+SCRIPT = Path(__file__).parents[1] / "scripts" / "plain_loop.py"
 SRC = Path(__file__).parent.parent.parent / "src"
 
 

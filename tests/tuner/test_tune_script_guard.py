@@ -1,7 +1,7 @@
 """tune -- python script.py: the loss guard, the baseline's reproducibility, failing candidates and
 the exit code of run --plan -- ...
 
-The planted behaviours live in tests/tuner/scripts/plain_loop.py: a loss that depends on the thread
+The planted behaviours live in tests/scripts/plain_loop.py: a loss that depends on the thread
 count (so threads=1 is a loss-changing knob), unseeded noise, a crash and a hang at 1 thread.
 """
 
@@ -21,7 +21,7 @@ from torchsmith.tuner.script import ScriptTuneConfig, tune_script, unapplied
 from torchsmith.tuner.script_guard import baseline_spread, script_guard_rejection
 from torchsmith.tuner.script_run import ScriptRun, ScriptRunConfig, run_script
 
-SCRIPT = Path(__file__).parent / "scripts" / "plain_loop.py"
+SCRIPT = Path(__file__).parents[1] / "scripts" / "plain_loop.py"
 SRC = Path(__file__).parent.parent.parent / "src"
 RUN = ScriptRunConfig(warmup=2, window=3, timeout_s=120)
 

@@ -1,6 +1,6 @@
 """Each knob of a plan, injected into an unmodified script, is observably applied.
 
-The scripts (tests/tuner/scripts/) write what they saw from inside: thread count, the optimizer's
+The scripts (tests/scripts/) write what they saw from inside: thread count, the optimizer's
 `fused` flag, autocast inside the model's forward, whether the model is compiled and its blocks
 checkpointed, the DataLoader's workers, the fp32 matmul precision.
 """
@@ -14,7 +14,7 @@ import pytest
 from torchsmith.plan import Autocast, Backend, CheckpointBlocks, Compile, LoaderConfig, OptimizerImpl, Plan, Threads
 from torchsmith.tuner.script_run import ScriptRunConfig, run_script
 
-SCRIPTS = Path(__file__).parent / "scripts"
+SCRIPTS = Path(__file__).parents[1] / "scripts"
 ALL = Plan(threads=Threads(intra_op=1), optimizer=OptimizerImpl(impl="fused"), precision=Autocast(dtype="bfloat16"),
            compile=Compile(enabled=True), checkpointing=CheckpointBlocks(every=1),
            loader=LoaderConfig(num_workers=1, persistent_workers=True), backend=Backend(matmul_precision="high"))
@@ -84,7 +84,7 @@ def test_framework_autocast_is_reported_as_written_not_wrapped_twice(tmp_path):
 def test_knobs_reach_an_accelerate_loop():
     # accelerator.prepare() rebuilds the DataLoader as its own subclass and wraps the optimizer;
     # the script passes SGD(foreach=True) and trains a Sequential of mixed layers (no blocks).
-    script = Path(__file__).parent.parent / "realworld" / "scripts" / "accelerate_loop.py"
+    script = SCRIPTS / "accelerate_loop.py"
     r = run_script([sys.executable, str(script), "--steps", "40"], ALL.replace(compile=Compile()), SHORT)
     assert r.ok, r.error
     for knob in ("threads", "loader", "precision", "matmul_precision"):
@@ -95,7 +95,7 @@ def test_knobs_reach_an_accelerate_loop():
 
 
 def test_an_optimizer_without_foreach_or_fused_is_named():
-    script = Path(__file__).parent.parent / "realworld" / "scripts" / "lbfgs.py"
+    script = SCRIPTS / "lbfgs.py"
     r = run_script([sys.executable, str(script), "--steps", "10"], Plan(optimizer=OptimizerImpl(impl="fused")), SHORT)
     assert r.ok, r.error
     assert r.applied["optimizer"] == "not applied: LBFGS is not a torch.optim optimizer that takes foreach= or fused="
