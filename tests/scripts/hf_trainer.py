@@ -1,7 +1,17 @@
-"""A Hugging Face Trainer script (tiny GPT-2 from a config, random tokens) for the script-tuning tests."""
+"""A tiny GPT-2 (random init from a small config) trained by the real Hugging Face Trainer, for
+doctor's corpus and the script tuner's tests (--observe: what the script saw from inside).
+
+The Trainer computes the loss inside the model, steps through Accelerate's wrapped optimizer
+and reads a few scalars for its logs. GPT-2's GELU multiplies by Python floats (`0.5 * x`),
+which the profiler records as `double` scalars: no float64 finding may come of it.
+
+--planted: the optimizer is AdamW with foreach=False, one kernel per op per parameter tensor:
+doctor's single-tensor-optimizer rule must find it.
+"""
 
 import argparse
 import sys
+import tempfile
 
 import torch
 from torch.utils.data import Dataset
@@ -12,31 +22,33 @@ from _observe import Observer  # noqa: E402
 
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=20)
+p.add_argument("--planted", action="store_true", help="AdamW(foreach=False) (doctor's single-tensor-optimizer rule)")
 p.add_argument("--observe", default=None)
-p.add_argument("--out", default="/tmp/torchsmith-hf-test")
-p.add_argument("--optim", default="adamw_torch")
+p.add_argument("--out", default=None, help="the Trainer's output_dir; a temporary directory when not given")
+p.add_argument("--optim", default=None, help="TrainingArguments.optim; the Trainer's default when not given")
 p.add_argument("--bf16", action="store_true")
 args = p.parse_args()
 
 
-class Tokens(Dataset):
-    def __init__(self, n=256, t=16, vocab=64):
-        self.x = torch.randint(0, vocab, (n, t), generator=torch.Generator().manual_seed(0))
+class RandomTokens(Dataset):
+    def __init__(self, n: int, length: int, vocab: int):
+        g = torch.Generator().manual_seed(0)
+        self.ids = torch.randint(0, vocab, (n, length), generator=g)
 
-    def __len__(self):
-        return len(self.x)
+    def __len__(self) -> int:
+        return len(self.ids)
 
-    def __getitem__(self, i):
-        return {"input_ids": self.x[i], "labels": self.x[i]}
+    def __getitem__(self, i: int):
+        return {"input_ids": self.ids[i], "labels": self.ids[i]}
 
 
-model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=16, n_embd=32, n_layer=2, n_head=2))
+torch.manual_seed(0)
+model = GPT2LMHeadModel(GPT2Config(vocab_size=512, n_positions=64, n_embd=128, n_layer=4, n_head=4))
 obs = Observer(args.observe)
 obs.watch(model.transformer.h[0])
-targs = TrainingArguments(output_dir=args.out, max_steps=args.steps, per_device_train_batch_size=8, report_to=[],
-                          save_strategy="no", logging_strategy="no", use_cpu=True, optim=args.optim, bf16=args.bf16,
-                          disable_tqdm=True)
-trainer = Trainer(model=model, args=targs, train_dataset=Tokens())
+optimizers = (None, None)
+if args.planted:
+    optimizers = (torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False), None)
 
 
 class Dump(TrainerCallback):
@@ -45,5 +57,12 @@ class Dump(TrainerCallback):
             obs.dump(model, trainer.optimizer, blocks=model.transformer.h, loader=None, steps=state.global_step)
 
 
-trainer.add_callback(Dump())
-trainer.train()
+with tempfile.TemporaryDirectory() as tmp:
+    optim = {"optim": args.optim} if args.optim else {}
+    targs = TrainingArguments(output_dir=args.out or tmp, max_steps=args.steps, per_device_train_batch_size=4,
+                              learning_rate=1e-3, logging_steps=1000, save_strategy="no", report_to=[], use_cpu=True,
+                              dataloader_num_workers=0, bf16=args.bf16, disable_tqdm=True, **optim)
+    trainer = Trainer(model=model, args=targs, train_dataset=RandomTokens(512, 64, 512), optimizers=optimizers,
+                      callbacks=[Dump()])
+    trainer.train()
+print(f"hf_trainer done: {trainer.state.global_step} steps")
