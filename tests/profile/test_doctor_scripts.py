@@ -64,6 +64,7 @@ def test_clean_script_triggers_none_of_the_four():
     assert report.findings == []  # and nothing else fires on it either
 
 
+@pytest.mark.slow
 def test_stop_after_ends_the_script_after_the_window(tmp_path):
     report = doctor_script([sys.executable, str(SCRIPTS / "clean_train.py"), "--steps", "500"],
                            CaptureConfig(warmup=0, active=1, stop_after=True, with_stack=False), env=_env())
@@ -71,6 +72,7 @@ def test_stop_after_ends_the_script_after_the_window(tmp_path):
     assert report.facts.steps_seen == 3  # 1 first + 1 wait + 1 recorded, not 500
 
 
+@pytest.mark.slow
 def test_a_script_without_optimizer_steps_gets_a_clear_message(tmp_path):
     script = tmp_path / "infer.py"
     script.write_text("import torch\nprint('inference only', torch.ones(2).sum().item())\nraise SystemExit(4)\n")

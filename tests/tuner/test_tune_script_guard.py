@@ -57,6 +57,7 @@ def test_guard_rejects_a_planted_loss_changing_knob():
     assert r.plan == Plan() and r.spread.reproducible
 
 
+@pytest.mark.slow
 def test_non_reproducible_baseline_is_refused_with_its_spread():
     with pytest.raises(TuneError) as err:
         _threads_only("--unseeded-noise", on_spread="refuse")
@@ -89,6 +90,7 @@ def test_unapplied_names_why_a_knob_stayed_as_written():
     assert unapplied("optimizer", no_model).startswith("not applied: the script built nothing the optimizer knob")
 
 
+@pytest.mark.slow
 def test_a_knob_the_script_fixes_itself_is_not_credited_with_noise():
     # The script passes foreach=True: every optimizer candidate runs the script as written, so
     # none may be accepted on its (noise) speed, and the other values are not run at all.
@@ -99,6 +101,7 @@ def test_a_knob_the_script_fixes_itself_is_not_credited_with_noise():
     assert r.plan == Plan()
 
 
+@pytest.mark.slow
 def test_a_hanging_run_is_stopped_at_its_time_limit(tmp_path):
     r = run_script(
         [sys.executable, str(SCRIPT), "--hang-if-threads", "1"],
@@ -111,6 +114,7 @@ def test_a_hanging_run_is_stopped_at_its_time_limit(tmp_path):
     assert r.wall_seconds < 30
 
 
+@pytest.mark.slow
 def test_side_effects_are_listed(tmp_path):
     target = tmp_path / "checkpoint.txt"
     r = run_script([sys.executable, str(SCRIPT), "--write", str(target)], Plan(), RUN)

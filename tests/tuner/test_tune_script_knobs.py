@@ -51,6 +51,7 @@ def test_every_knob_reaches_a_plain_loop(tmp_path):
     assert r.facts["model"] == "Net"
 
 
+@pytest.mark.slow
 def test_as_written_plan_changes_nothing_in_a_plain_loop(tmp_path):
     r, seen = _run("plain_loop.py", Plan(), tmp_path)
     assert seen["fused"] is None and not seen["autocast"] and not seen["compiled"] and not seen["checkpointed"]
@@ -81,6 +82,7 @@ def test_framework_autocast_is_reported_as_written_not_wrapped_twice(tmp_path):
     assert r.applied["precision"].startswith("as written"), r.applied
 
 
+@pytest.mark.slow
 def test_knobs_reach_an_accelerate_loop():
     # accelerator.prepare() rebuilds the DataLoader as its own subclass and wraps the optimizer;
     # the script passes SGD(foreach=True) and trains a Sequential of mixed layers (no blocks).
@@ -94,6 +96,7 @@ def test_knobs_reach_an_accelerate_loop():
     assert r.facts["model"] == "Sequential" and all(ld["num_workers"] == 1 for ld in r.facts["loaders"])
 
 
+@pytest.mark.slow
 def test_an_optimizer_without_foreach_or_fused_is_named():
     script = SCRIPTS / "lbfgs.py"
     r = run_script([sys.executable, str(script), "--steps", "10"], Plan(optimizer=OptimizerImpl(impl="fused")), SHORT)
@@ -101,6 +104,7 @@ def test_an_optimizer_without_foreach_or_fused_is_named():
     assert r.applied["optimizer"] == "not applied: LBFGS is not a torch.optim optimizer that takes foreach= or fused="
 
 
+@pytest.mark.slow
 def test_script_that_chose_its_optimizer_implementation_keeps_it(tmp_path):
     r, seen = _run("hf_trainer.py", Plan(optimizer=OptimizerImpl(impl="foreach")), tmp_path,
                    "--optim", "adamw_torch_fused", "--out", str(tmp_path / "hf"))
@@ -108,6 +112,7 @@ def test_script_that_chose_its_optimizer_implementation_keeps_it(tmp_path):
     assert r.applied["optimizer"].startswith("as written"), r.applied
 
 
+@pytest.mark.slow
 def test_knobs_reach_the_nanogpt_style_example():
     script = Path(__file__).parent.parent.parent / "examples" / "nanogpt_style" / "train.py"
     plan = ALL.replace(compile=Compile(), loader=LoaderConfig())  # compile is covered above; it has no DataLoader
