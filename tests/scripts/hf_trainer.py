@@ -27,6 +27,7 @@ p.add_argument("--observe", default=None)
 p.add_argument("--out", default=None, help="the Trainer's output_dir; a temporary directory when not given")
 p.add_argument("--optim", default=None, help="TrainingArguments.optim; the Trainer's default when not given")
 p.add_argument("--bf16", action="store_true")
+p.add_argument("--small", action="store_true", help="the script tuner's size: compiles and trains in seconds")
 args = p.parse_args()
 
 
@@ -42,8 +43,10 @@ class RandomTokens(Dataset):
         return {"input_ids": self.ids[i], "labels": self.ids[i]}
 
 
+# The default is the size doctor's corpus runs (docs/doctor.md shows its output); --small is the tuner's.
+vocab, length, width, layers, heads = (64, 16, 32, 2, 2) if args.small else (512, 64, 128, 4, 4)
 torch.manual_seed(0)
-model = GPT2LMHeadModel(GPT2Config(vocab_size=512, n_positions=64, n_embd=128, n_layer=4, n_head=4))
+model = GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_positions=length, n_embd=width, n_layer=layers, n_head=heads))
 obs = Observer(args.observe)
 obs.watch(model.transformer.h[0])
 optimizers = (None, None)
@@ -62,7 +65,7 @@ with tempfile.TemporaryDirectory() as tmp:
     targs = TrainingArguments(output_dir=args.out or tmp, max_steps=args.steps, per_device_train_batch_size=4,
                               learning_rate=1e-3, logging_steps=1000, save_strategy="no", report_to=[], use_cpu=True,
                               dataloader_num_workers=0, bf16=args.bf16, disable_tqdm=True, **optim)
-    trainer = Trainer(model=model, args=targs, train_dataset=RandomTokens(512, 64, 512), optimizers=optimizers,
+    trainer = Trainer(model=model, args=targs, train_dataset=RandomTokens(512, length, vocab), optimizers=optimizers,
                       callbacks=[Dump()])
     trainer.train()
 print(f"hf_trainer done: {trainer.state.global_step} steps")

@@ -62,7 +62,7 @@ def test_as_written_plan_changes_nothing_in_a_plain_loop(tmp_path):
 @pytest.mark.slow
 def test_every_knob_reaches_an_hf_trainer_script(tmp_path):
     # adamw_torch: the Trainer's default (adamw_torch_fused) already passes fused=True.
-    r, seen = _run("hf_trainer.py", ALL, tmp_path, "--optim", "adamw_torch", "--out", str(tmp_path / "hf"))
+    r, seen = _run("hf_trainer.py", ALL, tmp_path, "--small", "--optim", "adamw_torch", "--out", str(tmp_path / "hf"))
     _assert_all_applied(r, seen, loader=False)
     assert r.facts["model"] == "GPT2LMHeadModel"
 
@@ -107,7 +107,7 @@ def test_an_optimizer_without_foreach_or_fused_is_named():
 @pytest.mark.slow
 def test_script_that_chose_its_optimizer_implementation_keeps_it(tmp_path):
     r, seen = _run("hf_trainer.py", Plan(optimizer=OptimizerImpl(impl="foreach")), tmp_path,
-                   "--optim", "adamw_torch_fused", "--out", str(tmp_path / "hf"))
+                   "--small", "--optim", "adamw_torch_fused", "--out", str(tmp_path / "hf"))
     assert seen["fused"] is True and not seen["foreach"]
     assert r.applied["optimizer"].startswith("as written"), r.applied
 
