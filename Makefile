@@ -29,7 +29,8 @@ test: check
 	$(PY) -m pytest -q
 
 # No test here starts a process or compiles (tests/spawn_guard.py fails one that does unmarked),
-# so it needs neither chromium nor etcd; under 2 minutes on 2 cores.
+# so it needs neither chromium nor etcd; meant to take under 2 minutes on 2 quiet cores (--durations=25
+# names what grew slow: mark it slow).
 test-fast: check
 	$(PY) -m pytest -q -m "not slow and not multiprocess"
 

@@ -60,6 +60,7 @@ def test_candidates_inside_the_noise_margin_do_not_win():
     assert all(c.status in ("baseline", "slower", "n/a") for c in result.candidates)
 
 
+@pytest.mark.slow
 def test_a_guard_violation_is_rejected_with_the_measured_difference():
     strict = GuardConfig(loss_rtol=1e-9, param_rtol=1e-9)
     result = tune("mlp", budget="10m", knobs=["precision"], guard=strict,
