@@ -2,10 +2,10 @@
 
 `make test-fast` runs ``-m "not slow and not multiprocess"``. A test that spawns a process (a
 subprocess, a CliRunner command that spawns one, torchrun, multiprocessing, DataLoader workers)
-or calls torch.compile costs seconds, so it must be marked ``slow``; one that has several child
-processes at once, or runs torchrun, must also be marked ``multiprocess``. This guard watches
-every test (its setup, call and teardown) and fails an unmarked one at teardown, naming what it
-started and the marker to add. conftest.py imports these hooks.
+or calls torch.compile costs seconds, so it must be marked ``slow``, and ``multiprocess`` too when
+it has several child processes at once or runs torchrun. This guard watches every test (its
+setup, call and teardown) and fails one not marked slow at teardown, naming what it started and
+the markers to add. conftest.py imports these hooks.
 """
 
 from __future__ import annotations
@@ -113,9 +113,10 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
 
 
 def _missing_markers(item: pytest.Item, seen: _Seen) -> list[str]:
-    missing = []
-    if (seen.starts or seen.compiles) and item.get_closest_marker("slow") is None:
-        missing.append("slow")
+    """The markers to add, for a test not marked slow (what the fast tier selects on)."""
+    if not (seen.starts or seen.compiles) or item.get_closest_marker("slow") is not None:
+        return []
+    missing = ["slow"]
     if seen.several and item.get_closest_marker("multiprocess") is None:
         missing.append("multiprocess")
     return missing

@@ -1,5 +1,6 @@
 """tests/spawn_guard.py: an unmarked test that starts a process or calls torch.compile fails, naming
-the marker to add; a marked one, and one that starts nothing, pass."""
+the markers to add (multiprocess too for two children at once); a marked one, and one that starts
+nothing, pass."""
 
 from pathlib import Path
 
@@ -26,8 +27,7 @@ def test_unmarked_subprocess():
 def test_unmarked_compile():
     torch.compile(torch.nn.Linear(2, 2))
 
-@pytest.mark.slow
-def test_two_at_once_marked_slow_only():
+def test_two_at_once_unmarked():
     procs = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1)"]) for _ in range(2)]
     assert [p.wait() for p in procs] == [0, 0]
 
@@ -50,9 +50,9 @@ def test_guard_fails_unmarked_spawns_and_compiles_and_passes_the_rest(pytester):
     result.stdout.fnmatch_lines_random([
         "*test_unmarked_subprocess started 1 process(es) and made 0 torch.compile call(s) but is not marked slow:*",
         "*test_unmarked_compile started 0 process(es) and made 1 torch.compile call(s) but is not marked slow:*",
-        "*test_two_at_once_marked_slow_only started 2 process(es) * but is not marked multiprocess:*",
+        "*test_two_at_once_unmarked started 2 process(es) * but is not marked slow and multiprocess:*",
         "*Tip: add @pytest.mark.slow to the test*",
-        "*Tip: add @pytest.mark.multiprocess to the test*",
+        "*Tip: add @pytest.mark.slow and @pytest.mark.multiprocess to the test*",
     ])
     for passed in ("test_marked_subprocess", "test_starts_nothing"):
         assert f"ERROR test_cases.py::{passed}" not in result.stdout.str()
