@@ -6,7 +6,7 @@ the slowest to the fastest. This spread is why ``tune -- python train.py`` runs 
 twice and counts the slower look, and why a longer window alone does not remove it.
 
     PYTHONPATH=src .venv/bin/python benchmarks/script_run_noise.py [--runs 8] [--windows 10,100] \\
-        [-- python tests/realworld/scripts/accelerate_loop.py --steps 400]
+        [-- python tests/scripts/accelerate_loop.py --steps 400]
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pathlib import Path
 from torchsmith.plan import Plan
 from torchsmith.tuner.script_run import ScriptRunConfig, run_script
 
-DEFAULT = [sys.executable, str(Path(__file__).resolve().parent.parent / "tests" / "realworld" / "scripts"
-                               / "accelerate_loop.py"), "--steps", "400"]
+DEFAULT = [sys.executable, str(Path(__file__).resolve().parent.parent / "tests" / "scripts" / "accelerate_loop.py"),
+           "--steps", "400"]
 
 
 def main() -> None:

@@ -13,6 +13,9 @@ os.environ.setdefault("TORCHSMITH_CACHE_DIR", str(Path(__file__).parent.parent /
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+# Fails an unmarked test that starts a process or calls torch.compile (the fast tier stays fast).
+from spawn_guard import pytest_configure, pytest_runtest_protocol, pytest_runtest_teardown  # noqa: E402, F401
+
 
 @pytest.fixture(autouse=True)
 def _torch_threads_restored():

@@ -18,6 +18,7 @@ def _has_transformers() -> bool:
     return importlib.util.find_spec("transformers") is not None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workload", ["gpt-mini", "cnn-mini", "mlp", pytest.param("hf-resnet", marks=pytest.mark.skipif(
     not _has_transformers(), reason="needs the optional extra torchsmith[hf]"))])
 def test_run_each_builtin_workload(workload, tmp_path):
@@ -34,6 +35,7 @@ def test_run_each_builtin_workload(workload, tmp_path):
     assert out["checkpoints"] == [str(tmp_path / "step_00000003.pt")]
 
 
+@pytest.mark.slow
 def test_run_resume_to_more_steps_ends_where_an_uninterrupted_run_ends(tmp_path):
     full = json.loads(torchsmith("run", "mlp", "--steps", "8", "--json").stdout)
     assert torchsmith("run", "mlp", "--steps", "4", "--json", "--checkpoint-dir", str(tmp_path)).returncode == 0
@@ -42,6 +44,7 @@ def test_run_resume_to_more_steps_ends_where_an_uninterrupted_run_ends(tmp_path)
     assert resumed["start_step"] == 4 and resumed["losses"] == full["losses"][4:]
 
 
+@pytest.mark.slow
 def test_run_table_output_and_plan_file(tmp_path):
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"schema_version": 1, "optimizer": {"impl": "foreach", "set_to_none": True}}))
@@ -51,6 +54,7 @@ def test_run_table_output_and_plan_file(tmp_path):
         assert needle in proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, message", [
     (["run", "nope-workload"], "neither a built-in name"),
     (["run", "mlp", "--plan", "/nonexistent/plan.json"], "does not exist"),

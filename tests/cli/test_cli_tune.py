@@ -4,7 +4,10 @@ import json
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow
 def test_tune_writes_plan_and_report_and_prints_the_summary(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "torchsmith", "tune", "mlp", "--budget", "2m",
                            "--knobs", "threads,optimizer", "--out", "p.json", "--report", "r.html"],
@@ -16,6 +19,7 @@ def test_tune_writes_plan_and_report_and_prints_the_summary(tmp_path):
         assert needle in proc.stdout
 
 
+@pytest.mark.slow
 def test_tune_bad_input_is_one_clear_error(tmp_path):
     run = lambda *a: subprocess.run([sys.executable, "-m", "torchsmith", "tune", *a], capture_output=True,
                                     text=True, cwd=tmp_path, timeout=300)

@@ -43,7 +43,7 @@ def tiny_cnn():
     return cnn_mini.workload(0, train_images=128, val_images=32, batch_size=32, widths=(4, 8), blocks_per_stage=1)
 
 
-@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.multiprocess)])
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=[pytest.mark.slow, pytest.mark.multiprocess])])
 def test_plan_loader_is_exact_and_resumes_without_rereading(tmp_path, workers, monkeypatch, one_thread):
     w = tiny_cnn()
     plan = Plan(loader=LoaderConfig(num_workers=workers, persistent_workers=True if workers else None))
@@ -92,6 +92,7 @@ class Threads(Dataset):
         return torch.get_num_threads()
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_workers_run_one_thread_unless_told_otherwise():
     one = make_loader(Threads(), LoaderConfig(num_workers=1), batch_size=2, shuffle=False)
@@ -111,6 +112,7 @@ class Sleepy(Dataset):
         return torch.tensor(i)
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_tuner_finds_workers_for_io_bound_loading():
     ds = Sleepy()
@@ -156,6 +158,7 @@ def test_cnn_store_holds_jpeg_files_of_the_source_size():
     assert len(meta["mean"]) == len(meta["std"]) == 3 and all(20 < s < 128 for s in meta["std"])
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_cnn_batches_are_identical_with_workers():
     w = tiny_cnn()
@@ -170,6 +173,8 @@ def test_cnn_batches_are_identical_with_workers():
             assert torch.equal(x0, x2) and torch.equal(y0, y2)
 
 
+@pytest.mark.slow
+@pytest.mark.multiprocess
 def test_cli_pack_verify_tune(tmp_path):
     from torchsmith.cli import app
 

@@ -31,7 +31,7 @@ def loader(ds, workers: int, **kw):
     return make_loader(ds, cfg, batch_size=BATCH, seed=7, **kw)
 
 
-@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.multiprocess)])
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=[pytest.mark.slow, pytest.mark.multiprocess])])
 def test_resume_mid_epoch_equals_uninterrupted(ds, workers):
     full = loader(ds, workers)
     full.set_epoch(3)

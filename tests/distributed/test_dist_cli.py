@@ -13,6 +13,7 @@ from dist_helpers import REPO
 pytestmark = [pytest.mark.multiprocess]
 
 
+@pytest.mark.slow
 def test_launch_runs_debug_desync_on_two_workers_and_prints_the_command():
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torchsmith", "launch", "--nproc-per-node", "2", "--",

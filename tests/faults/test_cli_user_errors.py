@@ -70,6 +70,7 @@ def test_version():
     assert code == 0 and out.startswith("torchsmith ") and f"torch {torch.__version__}" in out
 
 
+@pytest.mark.slow
 def test_rich_markup_is_never_printed_raw(tmp_path):
     code, _, err = cli("doctor", "--", "python", str(tmp_path / "missing_script.py"))
     assert code != 0 and "[bold" not in err and "[/]" not in err
@@ -101,6 +102,7 @@ def test_launch_on_a_busy_rendezvous_port_fails_within_seconds():
     assert code == 2 and f"port {port} on this machine is already in use" in one_line_error(err)
 
 
+@pytest.mark.slow
 def test_tune_budget_too_small_states_one_minimum():
     import re
 
@@ -111,6 +113,7 @@ def test_tune_budget_too_small_states_one_minimum():
     assert need and f"pass --budget {need.group(1)}s or more" in text, text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["tune", "doctor"])
 def test_a_python_without_torch_first_on_path_is_named(tmp_path, monkeypatch, command):
     # A real interpreter without torch (a bare venv), first on PATH: what a user gets from a

@@ -25,6 +25,8 @@ def test_plans_without_workers_are_interleaved_and_summarised_by_the_median():
     assert len(base.step_times) == 6 and base.step_seconds == statistics.median(base.step_times)
 
 
+@pytest.mark.slow
+@pytest.mark.multiprocess
 def test_plans_with_workers_warm_up_past_the_prefetched_batches_and_report_the_mean():
     steps_run = {Plan(): 0, WORKERS: 0}
 

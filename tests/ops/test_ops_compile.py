@@ -46,6 +46,7 @@ def _check_compiled(backend):
         torch.testing.assert_close(a, r, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_compile_fullgraph_aot_eager():
     # aot_eager runs Dynamo, AOTAutograd and the fake implementations, without Inductor's codegen.
     _check_compiled("aot_eager")
@@ -56,6 +57,7 @@ def test_compile_fullgraph_inductor():
     _check_compiled("inductor")
 
 
+@pytest.mark.slow
 def test_chunked_loss_under_whole_model_compile():
     # apply_compile compiles the model's __call__ in place; the head's pass-through flag must be
     # guarded, so the training call (flag on) and a plain call (flag off) each get the right graph.

@@ -132,6 +132,7 @@ def test_peak_memory_far_below_full_logits():
     assert chunked < logits_bytes  # the full logits never existed
 
 
+@pytest.mark.slow
 def test_autocast_matmuls_in_autocast_dtype_eager_and_compiled():
     x, w, b, y = _data(64, 32, 100)
 

@@ -54,6 +54,7 @@ def test_window_bounds_are_checked():
         CaptureConfig(active=21)
 
 
+@pytest.mark.slow
 def test_compiled_regions_are_seen_and_hooks_do_not_break_compile(tmp_path):
     from torchsmith.profile.analysis import analyse_trace
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SRC = Path(__file__).parent.parent.parent / "src"
 SCRIPT = """
 import sys, torch
@@ -45,6 +47,7 @@ def _report(stdout: str) -> dict:
     return json.loads(stdout[stdout.index("\n{\n"):])
 
 
+@pytest.mark.slow
 def test_ctrl_c_analyses_the_captured_window_then_exits_130(tmp_path):
     proc = _start(tmp_path, crash_at=0)
     lines = []
@@ -65,6 +68,7 @@ def test_ctrl_c_analyses_the_captured_window_then_exits_130(tmp_path):
     assert report["breakdown_share"]["forward"] > 0 and report["breakdown_share"]["backward"] > 0
 
 
+@pytest.mark.slow
 def test_a_crash_inside_the_window_is_reported_as_a_partial_window(tmp_path):
     proc = _start(tmp_path, crash_at=4)  # 1 first + 1 wait + 1 warm-up, then 1 of 2 recorded steps
     out, err = proc.communicate(timeout=120)

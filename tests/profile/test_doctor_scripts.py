@@ -16,8 +16,8 @@ import pytest
 from torchsmith.profile.capture import CaptureConfig
 from torchsmith.profile.doctor import doctor_script
 
-HERE = Path(__file__).parent
-SRC = HERE.parent.parent / "src"
+SCRIPTS = Path(__file__).parents[1] / "scripts"
+SRC = Path(__file__).parents[2] / "src"
 FOUR = {"data-bound", "sync-in-loop", "grad-not-set-to-none", "single-tensor-optimizer"}
 ON_CPU = FOUR - {"sync-in-loop"}
 
@@ -38,7 +38,7 @@ def _doctor(*args):
 @pytest.mark.slow
 def test_bad_script_reports_exactly_its_four_problems_and_passes_its_exit_code_through(tmp_path):
     out = _doctor("--json", "--steps", "2", "--report", str(tmp_path / "d.html"), "--trace", str(tmp_path / "t.json"),
-                  "--", sys.executable, str(HERE / "bad_train.py"), "--steps", "7", "--exit-code", "3")
+                  "--", sys.executable, str(SCRIPTS / "bad_train.py"), "--steps", "7", "--exit-code", "3")
     assert out.returncode == 3, out.stderr[-2000:]
     assert "step 6 loss" in out.stdout and "bad_train done" in out.stdout  # the script's output passes through
     report = json.loads(out.stdout[out.stdout.index("\n{\n"):])
@@ -57,20 +57,22 @@ def test_bad_script_reports_exactly_its_four_problems_and_passes_its_exit_code_t
 
 @pytest.mark.slow
 def test_clean_script_triggers_none_of_the_four():
-    report = doctor_script([sys.executable, str(HERE / "clean_train.py"), "--steps", "6"], CaptureConfig(active=2),
+    report = doctor_script([sys.executable, str(SCRIPTS / "clean_train.py"), "--steps", "6"], CaptureConfig(active=2),
                            env=_env())
     assert report.exit_code == 0
     assert not FOUR & {f.rule for f in report.findings}, [f.evidence for f in report.findings]
     assert report.findings == []  # and nothing else fires on it either
 
 
+@pytest.mark.slow
 def test_stop_after_ends_the_script_after_the_window(tmp_path):
-    report = doctor_script([sys.executable, str(HERE / "clean_train.py"), "--steps", "500"],
+    report = doctor_script([sys.executable, str(SCRIPTS / "clean_train.py"), "--steps", "500"],
                            CaptureConfig(warmup=0, active=1, stop_after=True, with_stack=False), env=_env())
     assert report.facts.stopped and report.exit_code == 0
     assert report.facts.steps_seen == 3  # 1 first + 1 wait + 1 recorded, not 500
 
 
+@pytest.mark.slow
 def test_a_script_without_optimizer_steps_gets_a_clear_message(tmp_path):
     script = tmp_path / "infer.py"
     script.write_text("import torch\nprint('inference only', torch.ones(2).sum().item())\nraise SystemExit(4)\n")

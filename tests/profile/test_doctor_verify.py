@@ -2,6 +2,7 @@
 
 import time
 
+import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
@@ -42,6 +43,8 @@ def _report(plan):
     return DoctorReport("w", "workload", TraceAnalysis(steps=[StepBreakdown(1.0, {})]), facts, [finding], None)
 
 
+@pytest.mark.slow
+@pytest.mark.multiprocess
 def test_loader_fix_is_verified_with_the_data_wait():
     report = _report(Plan(loader=LoaderConfig(num_workers=2, persistent_workers=True, prefetch_factor=4)))
     [v] = verify(_workload(), report, steps=6)

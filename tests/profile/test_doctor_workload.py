@@ -2,11 +2,13 @@
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from torchsmith.cli import app
 
 
+@pytest.mark.slow
 def test_doctor_mlp_verifies_the_optimizer_fix(tmp_path):
     result = CliRunner().invoke(app, ["doctor", "mlp", "--steps", "2", "--verify", "--json",
                                       "--trace", str(tmp_path / "trace.json")])

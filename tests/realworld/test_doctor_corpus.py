@@ -21,8 +21,8 @@ import pytest
 from torchsmith.profile.capture import CaptureConfig
 from torchsmith.profile.doctor import doctor_script
 
-HERE = Path(__file__).parent
-SRC = HERE.parent.parent / "src"
+SCRIPTS = Path(__file__).parents[1] / "scripts"
+SRC = Path(__file__).parents[2] / "src"
 STEPS = 18
 """1 first + 1 wait + 1 warm-up + 3 recorded steps (a median of 3 is not moved by one stalled
 step), then up to 12 thread-probe steps."""
@@ -38,6 +38,9 @@ PLANTED = {
     "nanogpt_memmap": "threads",
 }
 NEEDS = {"lightning_cnn": "lightning", "hf_trainer": "transformers", "accelerate_loop": "accelerate"}
+AS_WRITTEN = {"plain_loop": ["--foreach"]}
+"""Switches that make a shared script the clean version this corpus wants: plain_loop leaves its
+optimizer implementation to the tuner's knob unless told, and a per-tensor AdamW is a finding."""
 
 
 def _env() -> dict[str, str]:
@@ -50,7 +53,7 @@ def _env() -> dict[str, str]:
 def _doctor(name: str, planted: bool):
     if name in NEEDS:
         pytest.importorskip(NEEDS[name])
-    command = [sys.executable, str(HERE / "scripts" / f"{name}.py"), "--steps", str(STEPS)]
+    command = [sys.executable, str(SCRIPTS / f"{name}.py"), "--steps", str(STEPS), *AS_WRITTEN.get(name, [])]
     return doctor_script(command + (["--planted"] if planted else []), CaptureConfig(active=3), env=_env())
 
 

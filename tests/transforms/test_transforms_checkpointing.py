@@ -95,6 +95,7 @@ def test_refused_without_blocks():
     assert "Linear has no nn.ModuleList" in str(err.value)
 
 
+@pytest.mark.slow
 def test_checkpointed_blocks_compile_without_graph_breaks():
     """Checkpointing runs before compile in apply_plan; the compiled block must trace as one region."""
     from torch._dynamo.utils import counters

@@ -29,6 +29,7 @@ def _failing_backend(gm, example_inputs):
     raise RuntimeError("backend exploded on purpose")
 
 
+@pytest.mark.slow
 def test_forward_compile_failure_falls_back_to_eager_with_warning():
     model, batch = tiny_gpt(n_layer=2), gpt_batch()
     want = gpt_loss(tiny_gpt(n_layer=2), batch)
@@ -41,6 +42,7 @@ def test_forward_compile_failure_falls_back_to_eager_with_warning():
     gpt_loss(model, batch).backward()  # and trains
 
 
+@pytest.mark.slow
 def test_backward_compile_failure_reruns_the_step_eagerly():
     """The backward is compiled lazily, inside loss.backward(): the step catches it and re-runs."""
 
@@ -63,6 +65,7 @@ def test_backward_compile_failure_reruns_the_step_eagerly():
     assert parts[1].recover == []
 
 
+@pytest.mark.slow
 def test_user_errors_are_not_swallowed():
     model = tiny_gpt(n_layer=1, block_size=8)
     change = apply_compile(model, Compile(enabled=True), backend="eager")
@@ -74,6 +77,8 @@ def test_user_errors_are_not_swallowed():
     assert model._compiled_call_impl is not None  # still compiled
 
 
+@pytest.mark.slow
+@pytest.mark.multiprocess
 def test_regional_compile_matches_eager_and_compile_time_is_reported_apart():
     """One Inductor compile (the expensive part) serves both claims."""
     w = gpt_workload(batch_size=2, block_size=16, n_layer=2, n_head=2, n_embd=16, batches_per_epoch=4,

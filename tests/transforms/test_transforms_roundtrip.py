@@ -87,6 +87,10 @@ CASES = {
     "loss_impl_chunked": (GPT_CASE, lambda p: apply_loss_impl(p, LossImpl(impl="chunked"))),
 }
 
+COMPILES = {"compile_regional", "compile_whole"}
+"""The cases that call torch.compile (seconds even with backend="eager"): slow, as tests/spawn_guard.py asks."""
+NAMES = [pytest.param(n, marks=pytest.mark.slow) if n in COMPILES else n for n in sorted(CASES)]
+
 
 def _step_fields(parts: StepParts) -> dict:
     fields = {f.name: getattr(parts, f.name) for f in dataclasses.fields(parts)}
@@ -97,7 +101,7 @@ def _step_fields(parts: StepParts) -> dict:
     return fields
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", NAMES)
 def test_round_trip_restores_state_and_structure(name):
     (make, loss_fn, make_batch), apply = CASES[name]
     model = make().eval()  # eval: batch norm statistics must not move, so any change is the transform's
@@ -120,7 +124,7 @@ def test_round_trip_restores_state_and_structure(name):
     assert structure(model) == before_structure
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", NAMES)
 def test_second_application_is_refused_or_a_no_op(name):
     (make, loss_fn, make_batch), apply = CASES[name]
     model = make().eval()

@@ -20,6 +20,7 @@ def counting_clock(seconds_for):
     return clock
 
 
+@pytest.mark.slow
 def test_a_large_win_seen_in_one_burst_is_rechecked_and_dropped():
     # As when another process loaded the machine during the baseline's steps only: the first round
     # shows the candidate 4x faster, every later round shows it as fast as the baseline.
@@ -35,6 +36,7 @@ def test_a_large_win_seen_in_one_burst_is_rechecked_and_dropped():
     assert fused.status == "slower" and fused.speedup == pytest.approx(1.0)  # median of 3 rounds
 
 
+@pytest.mark.slow
 def test_a_genuine_large_win_survives_its_recheck():
     clock = counting_clock(lambda plan, n: 0.4 if plan.optimizer.impl == "fused" else 1.0)
     result = tune("mlp", budget="30m", knobs=["optimizer"], clock=clock)

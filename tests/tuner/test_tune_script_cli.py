@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).parent / "scripts" / "plain_loop.py"
+SCRIPT = Path(__file__).parents[1] / "scripts" / "plain_loop.py"
 SRC = Path(__file__).parent.parent.parent / "src"
 
 
@@ -32,6 +32,7 @@ def test_tune_a_script_writes_plan_report_and_summary(tmp_path):
     assert "torchsmith run --plan plan.json --" in page and "Reproducibility of the baseline" in page
 
 
+@pytest.mark.slow
 def test_run_plan_refuses_knobs_a_script_cannot_take(tmp_path):
     from torchsmith.plan import MicroBatching, Plan
 

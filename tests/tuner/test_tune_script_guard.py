@@ -1,7 +1,7 @@
 """tune -- python script.py: the loss guard, the baseline's reproducibility, failing candidates and
 the exit code of run --plan -- ...
 
-The planted behaviours live in tests/tuner/scripts/plain_loop.py: a loss that depends on the thread
+The planted behaviours live in tests/scripts/plain_loop.py: a loss that depends on the thread
 count (so threads=1 is a loss-changing knob), unseeded noise, a crash and a hang at 1 thread.
 """
 
@@ -21,7 +21,7 @@ from torchsmith.tuner.script import ScriptTuneConfig, tune_script, unapplied
 from torchsmith.tuner.script_guard import baseline_spread, script_guard_rejection
 from torchsmith.tuner.script_run import ScriptRun, ScriptRunConfig, run_script
 
-SCRIPT = Path(__file__).parent / "scripts" / "plain_loop.py"
+SCRIPT = Path(__file__).parents[1] / "scripts" / "plain_loop.py"
 SRC = Path(__file__).parent.parent.parent / "src"
 RUN = ScriptRunConfig(warmup=2, window=3, timeout_s=120)
 
@@ -57,6 +57,7 @@ def test_guard_rejects_a_planted_loss_changing_knob():
     assert r.plan == Plan() and r.spread.reproducible
 
 
+@pytest.mark.slow
 def test_non_reproducible_baseline_is_refused_with_its_spread():
     with pytest.raises(TuneError) as err:
         _threads_only("--unseeded-noise", on_spread="refuse")
@@ -89,6 +90,7 @@ def test_unapplied_names_why_a_knob_stayed_as_written():
     assert unapplied("optimizer", no_model).startswith("not applied: the script built nothing the optimizer knob")
 
 
+@pytest.mark.slow
 def test_a_knob_the_script_fixes_itself_is_not_credited_with_noise():
     # The script passes foreach=True: every optimizer candidate runs the script as written, so
     # none may be accepted on its (noise) speed, and the other values are not run at all.
@@ -99,6 +101,7 @@ def test_a_knob_the_script_fixes_itself_is_not_credited_with_noise():
     assert r.plan == Plan()
 
 
+@pytest.mark.slow
 def test_a_hanging_run_is_stopped_at_its_time_limit(tmp_path):
     r = run_script(
         [sys.executable, str(SCRIPT), "--hang-if-threads", "1"],
@@ -111,6 +114,7 @@ def test_a_hanging_run_is_stopped_at_its_time_limit(tmp_path):
     assert r.wall_seconds < 30
 
 
+@pytest.mark.slow
 def test_side_effects_are_listed(tmp_path):
     target = tmp_path / "checkpoint.txt"
     r = run_script([sys.executable, str(SCRIPT), "--write", str(target)], Plan(), RUN)

@@ -1,6 +1,6 @@
 """Each knob of a plan, injected into an unmodified script, is observably applied.
 
-The scripts (tests/tuner/scripts/) write what they saw from inside: thread count, the optimizer's
+The scripts (tests/scripts/) write what they saw from inside: thread count, the optimizer's
 `fused` flag, autocast inside the model's forward, whether the model is compiled and its blocks
 checkpointed, the DataLoader's workers, the fp32 matmul precision.
 """
@@ -14,7 +14,7 @@ import pytest
 from torchsmith.plan import Autocast, Backend, CheckpointBlocks, Compile, LoaderConfig, OptimizerImpl, Plan, Threads
 from torchsmith.tuner.script_run import ScriptRunConfig, run_script
 
-SCRIPTS = Path(__file__).parent / "scripts"
+SCRIPTS = Path(__file__).parents[1] / "scripts"
 ALL = Plan(threads=Threads(intra_op=1), optimizer=OptimizerImpl(impl="fused"), precision=Autocast(dtype="bfloat16"),
            compile=Compile(enabled=True), checkpointing=CheckpointBlocks(every=1),
            loader=LoaderConfig(num_workers=1, persistent_workers=True), backend=Backend(matmul_precision="high"))
@@ -51,6 +51,7 @@ def test_every_knob_reaches_a_plain_loop(tmp_path):
     assert r.facts["model"] == "Net"
 
 
+@pytest.mark.slow
 def test_as_written_plan_changes_nothing_in_a_plain_loop(tmp_path):
     r, seen = _run("plain_loop.py", Plan(), tmp_path)
     assert seen["fused"] is None and not seen["autocast"] and not seen["compiled"] and not seen["checkpointed"]
@@ -61,7 +62,7 @@ def test_as_written_plan_changes_nothing_in_a_plain_loop(tmp_path):
 @pytest.mark.slow
 def test_every_knob_reaches_an_hf_trainer_script(tmp_path):
     # adamw_torch: the Trainer's default (adamw_torch_fused) already passes fused=True.
-    r, seen = _run("hf_trainer.py", ALL, tmp_path, "--optim", "adamw_torch", "--out", str(tmp_path / "hf"))
+    r, seen = _run("hf_trainer.py", ALL, tmp_path, "--small", "--optim", "adamw_torch", "--out", str(tmp_path / "hf"))
     _assert_all_applied(r, seen, loader=False)
     assert r.facts["model"] == "GPT2LMHeadModel"
 
@@ -81,10 +82,11 @@ def test_framework_autocast_is_reported_as_written_not_wrapped_twice(tmp_path):
     assert r.applied["precision"].startswith("as written"), r.applied
 
 
+@pytest.mark.slow
 def test_knobs_reach_an_accelerate_loop():
     # accelerator.prepare() rebuilds the DataLoader as its own subclass and wraps the optimizer;
     # the script passes SGD(foreach=True) and trains a Sequential of mixed layers (no blocks).
-    script = Path(__file__).parent.parent / "realworld" / "scripts" / "accelerate_loop.py"
+    script = SCRIPTS / "accelerate_loop.py"
     r = run_script([sys.executable, str(script), "--steps", "40"], ALL.replace(compile=Compile()), SHORT)
     assert r.ok, r.error
     for knob in ("threads", "loader", "precision", "matmul_precision"):
@@ -94,20 +96,23 @@ def test_knobs_reach_an_accelerate_loop():
     assert r.facts["model"] == "Sequential" and all(ld["num_workers"] == 1 for ld in r.facts["loaders"])
 
 
+@pytest.mark.slow
 def test_an_optimizer_without_foreach_or_fused_is_named():
-    script = Path(__file__).parent.parent / "realworld" / "scripts" / "lbfgs.py"
+    script = SCRIPTS / "lbfgs.py"
     r = run_script([sys.executable, str(script), "--steps", "10"], Plan(optimizer=OptimizerImpl(impl="fused")), SHORT)
     assert r.ok, r.error
     assert r.applied["optimizer"] == "not applied: LBFGS is not a torch.optim optimizer that takes foreach= or fused="
 
 
+@pytest.mark.slow
 def test_script_that_chose_its_optimizer_implementation_keeps_it(tmp_path):
     r, seen = _run("hf_trainer.py", Plan(optimizer=OptimizerImpl(impl="foreach")), tmp_path,
-                   "--optim", "adamw_torch_fused", "--out", str(tmp_path / "hf"))
+                   "--small", "--optim", "adamw_torch_fused", "--out", str(tmp_path / "hf"))
     assert seen["fused"] is True and not seen["foreach"]
     assert r.applied["optimizer"].startswith("as written"), r.applied
 
 
+@pytest.mark.slow
 def test_knobs_reach_the_nanogpt_style_example():
     script = Path(__file__).parent.parent.parent / "examples" / "nanogpt_style" / "train.py"
     plan = ALL.replace(compile=Compile(), loader=LoaderConfig())  # compile is covered above; it has no DataLoader

@@ -23,6 +23,7 @@ def is_bf16(plan):
     return isinstance(plan.precision, Autocast) and plan.precision.dtype == "bfloat16"
 
 
+@pytest.mark.slow
 def test_never_picks_bf16_when_it_measures_slower():
     # As on an AVX2 CPU without native bf16, where bf16 autocast is ~30x slower.
     result = tune("mlp", budget="10m", knobs=["precision"], clock=stub_clock(lambda p: 30.0 if is_bf16(p) else 1.0))
@@ -31,6 +32,7 @@ def test_never_picks_bf16_when_it_measures_slower():
     assert bf16 and bf16[0].status == "slower" and bf16[0].speedup == pytest.approx(1 / 30)
 
 
+@pytest.mark.slow
 def test_picks_bf16_when_it_measures_faster():
     # The same code picks it when the measurement says it is faster: the choice is not a rule.
     result = tune("mlp", budget="10m", knobs=["precision"], clock=stub_clock(lambda p: 0.5 if is_bf16(p) else 1.0))
@@ -38,6 +40,7 @@ def test_picks_bf16_when_it_measures_faster():
     assert result.speedup == pytest.approx(2.0)
 
 
+@pytest.mark.slow
 def test_a_busy_machine_is_named_first_in_the_notes(monkeypatch):
     import importlib
 
@@ -50,12 +53,14 @@ def test_a_busy_machine_is_named_first_in_the_notes(monkeypatch):
     assert not any("machine was busy" in n for n in result.notes)
 
 
+@pytest.mark.slow
 def test_candidates_inside_the_noise_margin_do_not_win():
     result = tune("mlp", budget="10m", knobs=["optimizer"], clock=stub_clock(lambda p: 0.99 if p != Plan() else 1.0))
     assert result.plan == Plan()
     assert all(c.status in ("baseline", "slower", "n/a") for c in result.candidates)
 
 
+@pytest.mark.slow
 def test_a_guard_violation_is_rejected_with_the_measured_difference():
     strict = GuardConfig(loss_rtol=1e-9, param_rtol=1e-9)
     result = tune("mlp", budget="10m", knobs=["precision"], guard=strict,
@@ -65,6 +70,7 @@ def test_a_guard_violation_is_rejected_with_the_measured_difference():
     assert "differ" in rejected[0].reason and "tolerance" in rejected[0].reason
 
 
+@pytest.mark.slow
 def test_memory_limit_below_the_baseline_finds_a_plan_that_fits():
     w = load_workload("mlp")
     base = measure_plans(w, [Plan(), Plan(microbatching=MicroBatching(count=4))], warmup=1, steps=1)
@@ -76,6 +82,7 @@ def test_memory_limit_below_the_baseline_finds_a_plan_that_fits():
     assert result.best.peak_memory_bytes <= limit
 
 
+@pytest.mark.slow
 def test_budget_too_small_to_measure_the_baseline():
     with pytest.raises(TuneError, match=r"(?s)too small: .*\(10.00 s a step here\).*need about (\d+) s in all.*"
                                          r"Tip: pass --budget \1s or more"):  # one minimum, said the same twice
@@ -119,6 +126,7 @@ def test_unparsable_memory_limit(bad):
         parse_bytes(bad)
 
 
+@pytest.mark.slow
 def test_public_api_tune_is_a_plain_function_even_after_submodule_imports():
     import inspect
 
@@ -130,6 +138,7 @@ def test_public_api_tune_is_a_plain_function_even_after_submodule_imports():
     assert isinstance(result, torchsmith.tuner.TuneResult) and result.plan == Plan()
 
 
+@pytest.mark.slow
 def test_second_look_drops_a_knob_that_stopped_paying():
     from torchsmith.plan import OptimizerImpl
 
@@ -146,6 +155,7 @@ def test_second_look_drops_a_knob_that_stopped_paying():
     assert result.speedup == pytest.approx(1.0 / 0.3)
 
 
+@pytest.mark.slow
 def test_the_fastest_candidate_wins_not_the_first_to_clear_the_margin():
     # All three beat the as-written optimizer by > 3%, but by < 3% among themselves: order must not decide.
     times = {"for_loop": 0.80, "foreach": 0.79, "fused": 0.78}
@@ -156,6 +166,7 @@ def test_the_fastest_candidate_wins_not_the_first_to_clear_the_margin():
     assert len(slower) == 2 and all("optimizer.impl=fused's speed" in c.reason for c in slower)
 
 
+@pytest.mark.slow
 def test_second_look_tries_a_close_call_on_top_of_the_final_plan():
     from torchsmith.plan import BF16Params
 
@@ -185,6 +196,7 @@ def test_candidates_that_cannot_apply_are_listed_and_never_measured():
     assert all(p == Plan() for p in timed)
 
 
+@pytest.mark.slow
 def test_mfu_of_baseline_and_tuned_plan_against_the_peak_of_their_matmul_dtype(tmp_path, monkeypatch):
     import torch
 
@@ -205,6 +217,8 @@ def test_mfu_of_baseline_and_tuned_plan_against_the_peak_of_their_matmul_dtype(t
     assert result.best_mfu == pytest.approx(flops / 0.5 / machine_peak_flops("cpu", torch.bfloat16).flops_per_s)
 
 
+@pytest.mark.slow
+@pytest.mark.multiprocess
 def test_workers_are_also_tried_with_fewer_trainer_threads():
     # As measured on 2 cores for a data-bound loader: fewer trainer threads alone is slower, workers
     # alone barely help (they fight the trainer's threads for the cores), both together pay.

@@ -122,6 +122,7 @@ def test_gpt_vocab_and_targets_are_shifted_by_one():
     assert int(x.max()) < w.extras["vocab_size"] == len(w.extras["vocab"])
 
 
+@pytest.mark.slow
 def test_gpt_smoke_training_lowers_loss():
     # Default model, shorter windows: ~0.1 s a step on 2 cores.
     w = gpt_mini.workload(0, batches_per_epoch=30, block_size=64)

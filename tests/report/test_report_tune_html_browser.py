@@ -21,6 +21,7 @@ def report(tmp_path_factory):
     return result, out
 
 
+@pytest.mark.slow
 def test_report_is_self_contained(report):
     result, out = report
     html = (out / "report.html").read_text()
@@ -32,6 +33,7 @@ def test_report_is_self_contained(report):
         assert needle in html
 
 
+@pytest.mark.slow
 @pytest.mark.browser
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (make test installs it as root)")
 def test_report_renders_in_headless_chromium(report, tmp_path):

@@ -104,7 +104,7 @@ def test_parameterless_lists_are_not_blocks():
 
 
 def test_a_run_of_blocks_inside_a_mixed_sequential_is_found():
-    # nn.Sequential(*blocks, head), as small scripts (and a Lightning module of tests/tuner/scripts) write it.
+    # nn.Sequential(*blocks, head), as small scripts (and a Lightning module of tests/scripts) write it.
     class Block(nn.Module):
         def __init__(self):
             super().__init__()

@@ -1,7 +1,13 @@
-"""A plain training loop for the script-tuning tests; it writes what it observed to --observe.
+"""A plain PyTorch loop, as most tutorials write it: residual MLP blocks and a head over a
+DataLoader. One script for two kinds of test: doctor (`--planted`) and the script tuner (the
+switches below and --observe, where it writes what it saw from inside).
 
-Switches plant the behaviours the tests need: a crash, a hang, a loss that depends on the
-thread count (a loss-changing knob), and unseeded noise (a non-reproducible baseline).
+--planted: the model and the data are float64 (a `torch.set_default_dtype(torch.float64)` left
+in, or a numpy array that was never cast): doctor's float64 rule must find it.
+
+The other switches plant the behaviours the tuner's tests need: a crash, a hang, a loss that
+depends on the thread count (a loss-changing knob), and unseeded noise (a non-reproducible
+baseline); --foreach is the script choosing its optimizer implementation itself.
 """
 
 import argparse
@@ -12,11 +18,12 @@ import time
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
 
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=30)
 p.add_argument("--observe", default=None)
+p.add_argument("--planted", action="store_true", help="float64 model and data (doctor's float64 rule)")
 p.add_argument("--exit-code", type=int, default=0)
 p.add_argument("--crash-if-threads", type=int, default=None)
 p.add_argument("--hang-if-threads", type=int, default=None)
@@ -39,7 +46,7 @@ class Block(nn.Module):
 
 
 class Net(nn.Module):
-    def __init__(self, d=32):
+    def __init__(self, d=256):
         super().__init__()
         self.blocks = nn.ModuleList(Block(d) for _ in range(3))
         self.head = nn.Linear(d, 4)
@@ -53,10 +60,13 @@ class Net(nn.Module):
         return self.head(x)
 
 
+torch.manual_seed(0)
+dtype = torch.float64 if args.planted else torch.float32
 g = torch.Generator().manual_seed(0)
-data = TensorDataset(torch.randn(512, 32, generator=g), torch.randint(0, 4, (512,), generator=g))
-loader = DataLoader(data, batch_size=16, shuffle=True)
-model = Net()
+data = TensorDataset(torch.randn(4096, 256, generator=g, dtype=dtype), torch.randint(0, 4, (4096,), generator=g))
+# One __getitem__ per batch (a tensor of indices), not 128 per-sample reads and a collate.
+loader = DataLoader(data, sampler=BatchSampler(RandomSampler(data), batch_size=128, drop_last=True), batch_size=None)
+model = Net().to(dtype)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=True if args.foreach else None)
 step = 0
 
