@@ -27,7 +27,10 @@ def step_time_boxes(series: Sequence[tuple[str, Sequence[float]]], title: str) -
     if not shown:
         return "<p>no step times recorded</p>"
     fig, ax = plt.subplots(figsize=(8, 0.8 * len(shown) + 1.2))
-    ax.boxplot([ms for _, ms in shown], vert=False, widths=0.5, showfliers=False)
+    # Matplotlib 3.10 replaced vert= with orientation= (vert= warns from 3.11, goes in 3.13).
+    sideways = ({"orientation": "horizontal"} if tuple(int(p) for p in matplotlib.__version__.split(".")[:2]) >= (3, 10)
+                else {"vert": False})
+    ax.boxplot([ms for _, ms in shown], widths=0.5, showfliers=False, **sideways)
     for row, (_, ms) in enumerate(shown, start=1):
         # Every step as a dot, slightly spread vertically so that equal times stay visible.
         ax.scatter(ms, [row + 0.12 * ((i % 5) - 2) / 2 for i in range(len(ms))], s=9, alpha=0.6, color="#0969da")

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from torchsmith.harness.compare import PlanMeasurement, paired_seconds
-from torchsmith.measure.intervals import AdaptivePairs, Goal, SpeedupInterval, speedup_interval
+from torchsmith.measure.intervals import NOISE_MARGIN, AdaptivePairs, Goal, SpeedupInterval, speedup_interval
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,10 +43,12 @@ class Rounds:
         self.rounds.append(r)
 
     def kept(self) -> list[Round]:
-        """The rounds the intervals use: all, less the most extreme burst once there are three or more."""
-        if len(self.rounds) < 3:
+        """The rounds the intervals use: all, less the most extreme burst once there are three or more.
+        A burst lies outside the other rounds' interval by more than the noise margin: a round merely
+        a little off a tight interval is noise, and stays."""
+        if len(self.rounds) < BETWEEN_ROUNDS_FROM:
             return self.rounds
-        worst, worst_at = 0.0, None
+        worst, worst_at = math.log1p(NOISE_MARGIN), None
         for j, r in enumerate(self.rounds):
             others = [o for o in self.rounds if o is not r]
             own = _interval([r], against="reference").estimate
@@ -58,11 +60,11 @@ class Rounds:
 
     def versus_reference(self) -> SpeedupInterval:
         """The candidate's speedup over the plan it must beat: what decides a win."""
-        return _interval(self.kept(), against="reference")
+        return _interval(self.kept(), against="reference", between=len(self.rounds) >= BETWEEN_ROUNDS_FROM)
 
     def versus_baseline(self) -> SpeedupInterval:
         """The candidate's speedup over the as-written plan: what the tables report."""
-        return _interval(self.kept(), against="baseline")
+        return _interval(self.kept(), against="baseline", between=len(self.rounds) >= BETWEEN_ROUNDS_FROM)
 
     def pairs_per_round(self) -> int:
         return len(paired_seconds(self.rounds[0].reference, self.rounds[0].candidate)[0])
@@ -86,12 +88,28 @@ class Rounds:
         return replace(first.candidate, step_seconds=base_s / speed) if base_s and speed > 0 else first.candidate
 
 
-def _interval(rounds: list[Round], *, against: Literal["reference", "baseline"]) -> SpeedupInterval:
-    """The speedup interval over every pair of ``rounds``, pooled."""
-    ref: list[float] = []
-    cand: list[float] = []
-    for r in rounds:
-        a, b = paired_seconds(r.reference if against == "reference" else r.baseline, r.candidate)
-        ref += a
-        cand += b
-    return speedup_interval(ref, cand)
+BETWEEN_ROUNDS_FROM = 3
+"""Rounds from which the interval also accounts for the noise between rounds (see ``_interval``)."""
+
+
+def _interval(rounds: list[Round], *, against: Literal["reference", "baseline"],
+              between: bool = False) -> SpeedupInterval:
+    """The speedup interval over every pair of ``rounds``, pooled; with ``between`` (once
+    ``BETWEEN_ROUNDS_FROM`` rounds were measured, a dropped burst included), widened to the interval
+    over the rounds' own ratios when that is wider.
+
+    Noise has two levels (Kalibera and Jones, 2013): the pairs of one round share its freshly built
+    models, their memory placement and the load of that minute, so when rounds disagree by more
+    than their pairs say, the pairs alone overstate the certainty. The interval over one ratio per
+    round sees that; the union of the two never claims more than either level allows. Two rounds
+    measured are too few for it (Student's t with one degree of freedom is 12.7, so a second round
+    would make a close call harder to decide than the first alone): they use the pairs alone.
+    """
+    per_round = [paired_seconds(r.reference if against == "reference" else r.baseline, r.candidate)
+                 for r in rounds]
+    pooled = speedup_interval([t for a, _ in per_round for t in a], [t for _, b in per_round for t in b])
+    if not between or len(rounds) < 2:
+        return pooled
+    ratios = [speedup_interval(a, b).estimate for a, b in per_round]
+    spread = speedup_interval(ratios, [1.0] * len(ratios))
+    return replace(pooled, low=min(pooled.low, spread.low), high=max(pooled.high, spread.high))
