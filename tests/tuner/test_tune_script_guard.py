@@ -14,12 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from torchsmith.inject.outcome import KnobOutcome
 from torchsmith.plan import Plan, Threads
 from torchsmith.tuner import TuneError
 from torchsmith.tuner.guard import GuardConfig
-from torchsmith.tuner.script import ScriptTuneConfig, tune_script, unapplied
-from torchsmith.tuner.script_guard import baseline_spread, script_guard_rejection
-from torchsmith.tuner.script_run import ScriptRun, ScriptRunConfig, run_script
+from torchsmith.tuner.script import ScriptTuneConfig, tune_script
+from torchsmith.tuner.script.guard import baseline_spread, script_guard_rejection
+from torchsmith.tuner.script.run import ScriptRun, ScriptRunConfig, run_script
+from torchsmith.tuner.script.search import unapplied
 
 SCRIPT = Path(__file__).parent / "scripts" / "plain_loop.py"
 SRC = Path(__file__).parent.parent.parent / "src"
@@ -81,12 +83,25 @@ def test_a_crashing_candidate_is_reported_and_the_search_goes_on():
 
 
 def test_unapplied_names_why_a_knob_stayed_as_written():
-    assert unapplied("optimizer", {"optimizer": "applied: AdamW(..., fused=True)"}) is None
-    assert unapplied("optimizer", {"optimizer": "as written: the script chose"}) == "as written: the script chose"
-    assert unapplied("backend", {"matmul_precision": "applied: high"}) is None
-    no_model = {"model": "not applied: no module whose parameters this optimizer holds was called"}
+    def said(knob, status, detail=""):
+        return KnobOutcome(knob=knob, status=status, detail=detail)
+
+    assert unapplied("optimizer", {"optimizer": said("optimizer", "applied", "AdamW(..., fused=True)")}) is None
+    chose = said("optimizer", "as_written", "the script chose")
+    assert unapplied("optimizer", {"optimizer": chose}) == chose
+    assert unapplied("backend", {"matmul_precision": said("matmul_precision", "applied", "high")}) is None
+    no_model = {"model": said("model", "not_applied", "no module whose parameters this optimizer holds was called")}
     assert unapplied("compile", no_model) == no_model["model"]
-    assert unapplied("optimizer", no_model).startswith("not applied: the script built nothing the optimizer knob")
+    why = unapplied("optimizer", no_model)
+    assert why.status == "not_applied" and why.detail.startswith("the script built nothing the optimizer knob")
+
+
+def test_knob_outcomes_cross_as_typed_json():
+    o = KnobOutcome(knob="optimizer", status="refused", detail="AdamW(fused=True): bf16 not supported")
+    assert KnobOutcome.from_json(json.loads(json.dumps(o.to_json()))) == o
+    assert o.describe() == "refused: AdamW(fused=True): bf16 not supported"
+    with pytest.raises(ValueError, match="status must be one of"):
+        KnobOutcome.from_json({"knob": "optimizer", "status": "applied: AdamW"})
 
 
 def test_a_knob_the_script_fixes_itself_is_not_credited_with_noise():
@@ -161,11 +176,12 @@ def _stub_runs(monkeypatch, looks):
         impl = plan.optimizer.impl
         ran.append(impl)
         seconds = 1.0 if impl == "as_written" else looks[impl].pop(0)
-        applied = {} if impl == "as_written" else {"optimizer": f"applied: AdamW(..., {impl})"}
+        applied = {} if impl == "as_written" else {
+            "optimizer": KnobOutcome(knob="optimizer", status="applied", detail=f"AdamW(..., {impl})")}
         return ScriptRun(plan=plan, step_seconds=seconds, losses=[1.0, 0.9, 0.8], applied=applied,
                          wall_seconds=0.1, exit_code=0, facts={"device": "cpu"})
 
-    monkeypatch.setattr("torchsmith.tuner.script.run_script", fake_run)
+    monkeypatch.setattr("torchsmith.tuner.script.search.run_script", fake_run)
     return ran
 
 
@@ -184,7 +200,7 @@ def test_a_win_must_hold_on_a_second_look(monkeypatch):
 @pytest.mark.parametrize("per_core, busy", [(4.0, True), (0.3, False)])
 def test_a_busy_machine_is_named_in_the_notes(monkeypatch, per_core, busy):
     _stub_runs(monkeypatch, {"for_loop": [1.0], "foreach": [1.0], "fused": [1.0]})
-    monkeypatch.setattr("torchsmith.tuner.script.load_per_core", lambda: per_core)
+    monkeypatch.setattr("torchsmith.tuner.script.search.load_per_core", lambda: per_core)
     r = tune_script(["train.py"], ScriptTuneConfig(budget_seconds=60, knobs=("optimizer",)))
     said = [n for n in r.notes if n.startswith("the machine was busy when tune started")]
     assert bool(said) == busy

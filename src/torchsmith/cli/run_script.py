@@ -29,11 +29,9 @@ def is_command(args: list[str]) -> bool:
 def run_script_command(command: list[str], plan_path: Optional[Path]) -> int:
     """Run ``command`` with the plan injected; return its exit code (killed by signal N: 128 + N, as a shell)."""
     from torchsmith.cli.common import user_errors
+    from torchsmith.inject import PLAN_ENV_KEY, python_command, script_env, unsupported_knobs
     from torchsmith.plan import Plan
-    from torchsmith.profile.doctor import python_command
     from torchsmith.report.console import error_console
-    from torchsmith.tuner.script_run import script_env
-    from torchsmith.tuner.script_space import unsupported_knobs
 
     with user_errors():
         plan = Plan.load(plan_path) if plan_path else Plan()
@@ -45,7 +43,7 @@ def run_script_command(command: list[str], plan_path: Optional[Path]) -> int:
                              "take, or use torchsmith.prepare(plan, model, optimizer, loss_fn) in the script.")
         cmd = python_command(command)
         try:
-            code = subprocess.call(cmd, env=script_env({"plan": plan.to_dict()}))
+            code = subprocess.call(cmd, env=script_env(PLAN_ENV_KEY, {"plan": plan.to_dict()}))
         except FileNotFoundError:
             raise ValueError(f"cannot run `{cmd[0]}`: no such program on PATH.\n"
                              f"Tip: name the interpreter by path, e.g. -- {sys.executable} train.py") from None

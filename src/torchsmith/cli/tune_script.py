@@ -9,14 +9,14 @@ from typing import Literal, Optional, cast
 def tune_script_command(command: list[str], *, budget: str, memory_limit: Optional[str], out: Path,
                         report: Optional[Path], knobs: Optional[str], window: int, on_spread: str) -> None:
     from torchsmith.cli.common import user_errors
-    from torchsmith.profile.doctor import python_command
+    from torchsmith.inject import python_command
     from torchsmith.report.console import console
     from torchsmith.report.tune import render_tune, tune_progress
     from torchsmith.report.tune_html import write_tune_report
     from torchsmith.report.tune_script import render_script_tune
     from torchsmith.tuner.parse_budget import parse_bytes, parse_duration
     from torchsmith.tuner.script import ScriptTuneConfig, tune_script
-    from torchsmith.tuner.script_run import ScriptRunConfig
+    from torchsmith.tuner.script.run import ScriptRunConfig
 
     with user_errors():
         if on_spread not in ("guard", "refuse"):

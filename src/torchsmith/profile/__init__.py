@@ -4,5 +4,5 @@
 - ``analysis``: analyse_trace: step-time breakdown, top operators, sync sites, memory, from the exported trace
 - ``rules``:    the @rule registry and diagnose(); each finding carries evidence, a fix and the expected gain
 - ``doctor``:   doctor_workload / doctor_script / verify: the two ways in, and --verify
-- ``inject``:   the script side, installed at interpreter start-up by ``_inject/sitecustomize.py``
+- ``capture_hook``: the script side, installed at interpreter start-up by ``torchsmith/inject/_site/sitecustomize.py``
 """

@@ -21,7 +21,7 @@ def render_script_tune(r, out_path: Path, out: Console = console) -> None:
             f"in loss over {r.spread.steps} steps; guard tolerance {r.guard.loss_rtol:.2%}[/]"
         )
     for knob, how in r.applied.items():
-        out.print(f"[dim]{knob}: {how}[/]")
+        out.print(f"[dim]{knob}: {how.describe()}[/]")
     files = sorted({f for fs in r.written_files.values() for f in fs})
     if files:
         out.print(
@@ -60,8 +60,9 @@ def script_sections(r) -> list[str]:
             else ""
         )
     )
+    outcomes = [(k, o.describe()) for k, o in r.applied.items()]
     applied = (
-        "<h2>How each knob was applied</h2>" + table(["knob", "applied"], list(r.applied.items())) if r.applied else ""
+        "<h2>How each knob was applied</h2>" + table(["knob", "applied"], outcomes) if r.applied else ""
     )
     rows = [(label, "<br>".join(esc(f) for f in files) or "none") for label, files in r.written_files.items()]
     written = (

@@ -1,10 +1,10 @@
 """``tune -- python train.py``: the measured search, on an unmodified script.
 
-Each candidate plan is one run of the script in a fresh process (``script_run``), ended after
+Each candidate plan is one run of the script in a fresh process (:mod:`~torchsmith.tuner.script.run`), ended after
 ``warmup + window`` optimizer steps. Runs alternate with the as-written baseline:
 ``B B C1 B C2 B ...``; a candidate's speedup is the mean step time of the two baselines beside it
 over its own. The search is greedy over the knobs, like the workload tuner: each move is tried on
-top of the best plan so far and kept when it passes the guard (``script_guard``), fits the memory
+top of the best plan so far and kept when it passes the guard (:mod:`~torchsmith.tuner.script.guard`), fits the memory
 limit, and beats the best by more than the noise margin on two looks (a winner is run a second
 time, beside another baseline, and the slower look counts). A run that crashes, hangs or changes the
 loss is recorded with its reason and the search goes on. The winner is proved against the
@@ -29,16 +29,17 @@ from typing import Literal
 import torch
 
 from torchsmith.engine.space import device_info
+from torchsmith.inject.outcome import KnobOutcome
 from torchsmith.interpreter import other_interpreter_tip
 from torchsmith.measure.load import busy_note, load_per_core
 from torchsmith.plan import Plan
 from torchsmith.tuner import TuneError, TuneProgress
 from torchsmith.tuner.guard import GuardConfig
 from torchsmith.tuner.result import Candidate, Status, TuneResult
-from torchsmith.tuner.script_code import adoption_lines, summarise_written
-from torchsmith.tuner.script_guard import BaselineSpread, baseline_spread, script_guard_rejection
-from torchsmith.tuner.script_run import ScriptRun, ScriptRunConfig, run_script
-from torchsmith.tuner.script_space import script_space
+from torchsmith.tuner.script.adopt import adoption_lines, summarise_written
+from torchsmith.tuner.script.guard import BaselineSpread, baseline_spread, script_guard_rejection
+from torchsmith.tuner.script.run import ScriptRun, ScriptRunConfig, run_script
+from torchsmith.tuner.script.space import script_space
 
 NOISE_MARGIN = 0.03
 """A candidate must beat the best so far by more than 3% to replace it (shared-machine noise)."""
@@ -78,8 +79,8 @@ class ScriptTuneResult(TuneResult):
     written_files: dict[str, list[str]] = field(default_factory=dict)
     """Run label -> files that run opened for writing (compile caches summarised)."""
     spread: BaselineSpread | None = None
-    applied: dict[str, str] = field(default_factory=dict)
-    """How the injection applied each knob of the winning plan ("applied", "as written: ...")."""
+    applied: dict[str, KnobOutcome] = field(default_factory=dict)
+    """How the injection applied each knob of the winning plan."""
 
 
 def tune_script(
@@ -182,8 +183,8 @@ def tune_script(
             why_not = unapplied(dim.name, c.applied) if c.ok else None
             if why_not:
                 # The run was the script as written in this knob: its speed is noise, not a gain.
-                candidates.append(replace(cand, status="n/a", speedup=None, reason=why_not))
-                if "refused" in why_not:
+                candidates.append(replace(cand, status="n/a", speedup=None, reason=why_not.describe()))
+                if why_not.status == "refused":
                     continue  # this value only (fused on a dtype it does not support): try the next
                 break  # the script fixes the knob itself, or has nothing it acts on: no value applies
             if _wins(cand, best_speed, best_fits) and best_fits and elapsed() + cost(plan, 1) <= cfg.budget_seconds:
@@ -248,16 +249,17 @@ _MODEL_KNOBS = ("precision", "compile", "checkpointing")
 """Knobs applied to the trained model: not applied when the injection did not find it."""
 
 
-def unapplied(knob: str, applied: dict[str, str]) -> str | None:
-    """Why the injection left ``knob`` as the script wrote it ("as written: ..." / "not applied: ..."),
-    or None when it applied it. A knob it never reported was never reached: the model the optimizer
+def unapplied(knob: str, applied: dict[str, KnobOutcome]) -> KnobOutcome | None:
+    """The outcome that left ``knob`` as the script wrote it (as_written, not_applied, refused),
+    or None when the injection applied it. A knob it never reported was never reached: the model the optimizer
     trains was not found (model knobs), or the script built no object the knob acts on."""
     keys = _APPLIED_KEYS.get(knob, (knob,))
     said = [applied[k] for k in keys if k in applied]
     if not said:
         model = applied.get("model") if knob in _MODEL_KNOBS else None
-        return model or f"not applied: the script built nothing the {knob} knob acts on"
-    return next((s for s in said if not s.startswith("applied")), None)
+        return model or KnobOutcome(knob=knob, status="not_applied",
+                                    detail=f"the script built nothing the {knob} knob acts on")
+    return next((s for s in said if not s.applied), None)
 
 
 def _guard_for_spread(spread: BaselineSpread, cfg: ScriptTuneConfig) -> tuple[GuardConfig, list[str]]:
@@ -305,7 +307,7 @@ def _candidate(
             status, reason = "rejected", f"peak memory {c.peak_memory_bytes} bytes is over the limit {memory_limit}"
         else:
             status, reason = "accepted", ""
-    reason = reason or "; ".join(f"{k}: {v}" for k, v in c.applied.items() if not v.startswith("applied"))
+    reason = reason or "; ".join(f"{k}: {v.describe()}" for k, v in c.applied.items() if not v.applied)
     return Candidate(
         c.plan,
         knob,
