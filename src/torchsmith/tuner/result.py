@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from torchsmith.harness.compare import PlanMeasurement
+from torchsmith.measure.intervals import SpeedupInterval
 from torchsmith.plan import Plan
 
 Status = Literal["baseline", "accepted", "slower", "rejected", "failed", "n/a"]
@@ -33,6 +34,8 @@ class Candidate:
     """Why it was rejected, failed or not kept, with the measured numbers."""
     change: str = ""
     """The knob value this candidate tried on top of the best plan so far, e.g. 'compile.enabled=True'."""
+    interval: SpeedupInterval | None = None
+    """The speedup's 95% interval over its pairs (None: not measured in pairs)."""
 
     @property
     def label(self) -> str:
