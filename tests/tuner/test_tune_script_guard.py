@@ -37,7 +37,7 @@ def _threads_only(*args, **cfg):
         pytest.skip("needs 2 cores for a threads candidate")
     return tune_script(
         [sys.executable, str(SCRIPT), *args],
-        ScriptTuneConfig(budget_seconds=240, run=RUN, knobs=("threads",), **{**FEW, **cfg}),
+        ScriptTuneConfig(budget_seconds=900, run=RUN, knobs=("threads",), **{**FEW, **cfg}),
     )
 
 
@@ -111,7 +111,7 @@ def test_a_knob_the_script_fixes_itself_is_not_credited_with_noise():
     # The script passes foreach=True: every optimizer candidate runs the script as written, so
     # none may be accepted on its (noise) speed, and the other values are not run at all.
     r = tune_script([sys.executable, str(SCRIPT), "--foreach"],
-                    ScriptTuneConfig(budget_seconds=240, run=RUN, knobs=("optimizer",), **FEW))
+                    ScriptTuneConfig(budget_seconds=900, run=RUN, knobs=("optimizer",), **FEW))
     (c,) = r.candidates
     assert c.status == "n/a" and c.speedup is None and c.reason.startswith("as written: the script chose the AdamW")
     assert r.plan == Plan()

@@ -10,6 +10,7 @@ it opened for writing. A run that crashes, ends early or outlives its time limit
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import statistics
@@ -65,6 +66,8 @@ class ScriptRun:
     error: str | None = None
     steps: int = 0
     """Optimizer steps the run made (``warmup + window``, or fewer when the script ended first)."""
+    step_times: list[float] = field(default_factory=list)
+    """Seconds of each measured step, in order: the distribution ``step_seconds`` is the median of."""
     facts: dict = field(default_factory=dict)
 
     @property
@@ -154,6 +157,7 @@ def _read_facts(run: ScriptRun, cfg: ScriptRunConfig) -> None:
     ends = f.get("step_ends", [])[cfg.warmup - 1:] if cfg.warmup >= 1 else f.get("step_ends", [])
     if len(ends) >= 2:
         durations = [b - a for a, b in zip(ends, ends[1:], strict=False)]
+        run.step_times = durations
         run.step_seconds = statistics.median(durations)
         run.steps_per_second = (len(ends) - 1) / (ends[-1] - ends[0])
 
@@ -164,3 +168,18 @@ def _last_error(output: str) -> str:
         if "Error" in line or "Exception" in line:
             return first_line(line.strip())
     return first_line(lines[-1].strip()) if lines else "no output"
+
+
+def window_for(probe: ScriptRun, cfg: ScriptRunConfig, *, min_seconds: float, max_window: int) -> int:
+    """Measured steps per run: enough for ``min_seconds`` of steps at the ``probe`` run's step time
+    (never fewer than ``cfg.window``, at most ``max_window``), and no more than the script has.
+
+    Example::
+
+        window_for(probe, ScriptRunConfig(window=10), min_seconds=2.0, max_window=2000)  # 0.01 s steps: 200
+    """
+    step = probe.step_seconds or min_seconds
+    window = max(cfg.window, min(max_window, math.ceil(min_seconds / step)))
+    if probe.ok and probe.steps < cfg.warmup + cfg.window:  # the script ended before the probe's window
+        window = max(1, probe.steps - cfg.warmup)
+    return window

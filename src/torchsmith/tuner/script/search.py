@@ -48,7 +48,7 @@ from torchsmith.tuner.result import Candidate, Status, TuneResult
 from torchsmith.tuner.script.adopt import adoption_lines, summarise_written
 from torchsmith.tuner.script.guard import BaselineSpread, baseline_spread, script_guard_rejection
 from torchsmith.tuner.script.pairs import PairedComparison, compare_in_pairs
-from torchsmith.tuner.script.run import ScriptRun, ScriptRunConfig, run_script
+from torchsmith.tuner.script.run import ScriptRun, ScriptRunConfig, run_script, window_for
 from torchsmith.tuner.script.space import script_space
 
 log = logging.getLogger(__name__)
@@ -209,7 +209,8 @@ class _ScriptSearch:
         if not probe.ok:
             tip = other_interpreter_tip(self.command) or f"Tip: check it runs on its own: {self.shown}"
             raise TuneError(f"`{self.shown}` as written: {probe.error}.\n{tip}")
-        window = self._window_for(probe)
+        window = window_for(probe, self.run_cfg, min_seconds=self.cfg.min_window_seconds,
+                            max_window=self.cfg.max_window)
         reuse = window == self.run_cfg.window  # the probe's window is the window: it is the first A
         self.run_cfg = replace(self.run_cfg, window=window)
         self.run_cost = probe.wall_seconds + max(0, window - self.cfg.run.window) * (probe.step_seconds or 0.0)
@@ -237,14 +238,6 @@ class _ScriptSearch:
         self.device = "cuda" if self.first.facts.get("device", "cpu").startswith("cuda") else "cpu"
         self.notes += ([busy] if busy and self.device == "cpu" else []) + notes + self._noise_notes(window)
         self.best_fits = self.cfg.memory_limit is None or (self.first.peak_memory_bytes or 0) <= self.cfg.memory_limit
-
-    def _window_for(self, probe: ScriptRun) -> int:
-        """Enough steps for ``min_window_seconds``, capped, and no more than the script has."""
-        step = probe.step_seconds or self.cfg.min_window_seconds
-        window = max(self.run_cfg.window, min(self.cfg.max_window, math.ceil(self.cfg.min_window_seconds / step)))
-        if probe.ok and probe.steps < self.run_cfg.warmup + self.run_cfg.window:  # the script ended first
-            window = max(1, probe.steps - self.run_cfg.warmup)
-        return window
 
     def _noise_notes(self, window: int) -> list[str]:
         assert self.noise is not None
