@@ -17,7 +17,7 @@ SRC = Path(__file__).parent.parent.parent / "src"
 def test_tune_a_script_writes_plan_report_and_summary(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
     side = tmp_path / "written-by-the-script.txt"
-    proc = subprocess.run([sys.executable, "-m", "torchsmith", "tune", "--budget", "3m", "--knobs", "threads",
+    proc = subprocess.run([sys.executable, "-m", "torchsmith", "tune", "--budget", "10m", "--knobs", "threads",
                            "--window", "3", "--out", "p.json", "--report", "r.html", "--",
                            sys.executable, str(SCRIPT), "--write", str(side)],
                           capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)

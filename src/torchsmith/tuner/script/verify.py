@@ -17,9 +17,10 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from torchsmith.inject.supported import unsupported_knobs
-from torchsmith.measure.intervals import AdaptivePairs, SpeedupInterval
+from torchsmith.measure.intervals import NOISE_MARGIN, AdaptivePairs, SpeedupInterval, Verdict
 from torchsmith.plan import Plan
 from torchsmith.tuner.guard import GuardConfig
 from torchsmith.tuner.script.guard import script_guard_rejection
@@ -62,6 +63,7 @@ class ScriptVerifyResult:
     """Median step seconds of each side over its runs."""
     window: int
     elapsed_seconds: float
+    budget_seconds: float
     loss_note: str = ""
     """How the plan's losses compare with the as-written run's (empty: within the guard's tolerance)."""
     notes: list[str] = field(default_factory=list)
@@ -70,6 +72,18 @@ class ScriptVerifyResult:
     def slower(self) -> bool:
         """Measurably slower: the whole interval lies below 1.0."""
         return self.interval.high < 1.0
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.interval.verdict(NOISE_MARGIN)
+
+    def to_json(self) -> dict[str, Any]:
+        """The workload verify's shape, with the command and the pairs of processes in place of rounds."""
+        return {"command": self.command, "plan": self.plan.to_dict(), "speedup": self.interval.to_json(),
+                "verdict": self.verdict, "slower": self.slower, "pairs": self.interval.pairs,
+                "window": self.window, "baseline": {"step_seconds": self.baseline_seconds},
+                "plan_measured": {"step_seconds": self.plan_seconds}, "loss_note": self.loss_note,
+                "notes": list(self.notes)}
 
 
 def verify_script(plan: Plan, command: list[str], cfg: ScriptVerifyConfig = ScriptVerifyConfig(), *,
@@ -115,4 +129,5 @@ def verify_script(plan: Plan, command: list[str], cfg: ScriptVerifyConfig = Scri
         command=list(command), plan=plan, interval=iv,
         baseline_seconds=statistics.median(r.step_seconds or 0.0 for r in out.reference),
         plan_seconds=statistics.median(r.step_seconds or 0.0 for r in out.candidate),
-        window=window, elapsed_seconds=time.perf_counter() - start, loss_note=why or "", notes=notes)
+        window=window, elapsed_seconds=time.perf_counter() - start, budget_seconds=cfg.budget_seconds,
+        loss_note=why or "", notes=notes)
