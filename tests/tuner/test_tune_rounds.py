@@ -5,7 +5,7 @@ import pytest
 from torchsmith.harness.compare import PlanMeasurement
 from torchsmith.plan import Plan, Threads
 from torchsmith.tuner import tune
-from torchsmith.tuner.choose import pooled, unsure
+from torchsmith.tuner.rounds import Round, Rounds
 
 
 def counting_clock(seconds_for):
@@ -41,20 +41,32 @@ def test_a_genuine_large_win_survives_its_recheck():
     assert result.plan.optimizer.impl == "fused" and result.speedup == pytest.approx(2.5)
 
 
-def test_unsure_only_when_the_middle_half_straddles_the_threshold():
-    def m(times):
-        return PlanMeasurement(Plan(), sum(times) / len(times), step_times=times)
-
-    ref = m([1.0] * 8)
-    assert unsure(ref, m([0.9, 1.1] * 4))             # ratios 1.11 and 0.91 around 1.03
-    assert not unsure(ref, m([2.0, 2.2] * 4))         # clearly slower: no more rounds
-    assert not unsure(ref, m([0.5, 0.55] * 4))        # clearly faster
+def measurement(times):
+    return PlanMeasurement(Plan(), sum(times) / len(times), step_times=list(times))
 
 
-def test_pooled_rounds_take_the_median_ratio_against_the_first_reference():
-    ref1, ref2, ref3 = (PlanMeasurement(Plan(), s) for s in (1.0, 2.0, 1.0))
-    a, b, c = (PlanMeasurement(Plan(), s) for s in (0.25, 2.0, 1.0))
-    assert pooled([(ref1, a), (ref2, b), (ref3, c)]).step_seconds == pytest.approx(1.0)
+def test_an_undecided_candidate_needs_more_rounds_a_clear_one_does_not():
+    ref = measurement([1.0] * 8)
+    straddling = Rounds([Round(baseline=ref, reference=ref, candidate=measurement([0.9, 1.05] * 4))])
+    assert straddling.versus_reference().low < 1.03 < straddling.versus_reference().high
+    assert straddling.adaptive(max_rounds=3).need_more()
+    clear = Rounds([Round(baseline=ref, reference=ref, candidate=measurement([0.5, 0.55] * 4))])
+    assert clear.versus_reference().verdict() == "faster" and not clear.adaptive(max_rounds=3).need_more()
+    slower = Rounds([Round(baseline=ref, reference=ref, candidate=measurement([2.0, 2.2] * 4))])
+    assert not slower.adaptive(max_rounds=3).need_more()  # clearly slower: no more rounds
+
+
+def test_rounds_pool_their_pairs_and_drop_one_burst():
+    ref = measurement([1.0] * 4)
+    burst = Round(baseline=ref, reference=ref, candidate=measurement([0.25] * 4))
+    calm = [Round(baseline=ref, reference=ref, candidate=measurement(t)) for t in ([1.0, 0.98] * 2, [0.99, 1.0] * 2)]
+    two = Rounds([burst, calm[0]])
+    assert two.kept() == two.rounds  # two rounds: neither can be told the odd one out
+    assert two.versus_reference().pairs == 8
+    three = Rounds([burst, *calm])
+    assert three.kept() == calm
+    assert three.versus_reference().estimate == pytest.approx(1.0, abs=0.02)
+    assert three.measurement().step_seconds == pytest.approx(1.0 / three.versus_baseline().estimate)
 
 
 def test_when_nothing_fits_the_smallest_peak_that_keeps_the_loss_is_kept_for_the_next_memory_knob():

@@ -197,7 +197,7 @@ def test_only_a_win_whose_interval_clears_the_margin_is_kept(monkeypatch):
     r = tune_script(["train.py"], ScriptTuneConfig(budget_seconds=60, knobs=("optimizer",)))
     by_impl = {c.plan.optimizer.impl: c for c in r.candidates}
     assert by_impl["for_loop"].status == "slower" and by_impl["for_loop"].interval.high < 1.0
-    assert by_impl["foreach"].status == "slower" and by_impl["foreach"].reason.startswith("not distinguishable")
+    assert by_impl["foreach"].status == "not distinguishable" and "low end above 1.03" in by_impl["foreach"].reason
     assert by_impl["foreach"].interval.pairs == 8  # a close call gets pairs up to the cap, then is not adopted
     assert by_impl["fused"].status == "accepted" and by_impl["fused"].interval.low > 1.03
     assert r.plan.optimizer.impl == "fused"

@@ -55,6 +55,7 @@ from torchsmith.cli import inspect as _inspect  # noqa: E402,F401
 from torchsmith.cli import launch as _launch  # noqa: E402,F401
 from torchsmith.cli import run as _run  # noqa: E402,F401
 from torchsmith.cli import tune as _tune  # noqa: E402,F401
+from torchsmith.cli import verify as _verify  # noqa: E402,F401
 
 
 def main() -> None:

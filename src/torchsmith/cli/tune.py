@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Optional
 
@@ -35,6 +36,10 @@ def tune_command(
         help="Scripts: if two as-written runs differ in loss, "
         "'guard' (widen the guard by that spread, saying so) or 'refuse'.",
     ),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print one JSON object on stdout: plan, speedup interval, candidates, noise "
+        "(progress and tables go to stderr)."
+    ),
 ) -> None:
     """Find the fastest plan for WORKLOAD that keeps the loss unchanged, prove it, write plan.json.
 
@@ -57,16 +62,18 @@ def tune_command(
             knobs=knobs,
             window=window,
             on_spread=on_spread,
+            as_json=as_json,
         )
     workload = args[0] if args else None
-    from torchsmith.report.console import console
+    from torchsmith.report.console import console, error_console
     from torchsmith.report.tune import render_tune, tune_progress
     from torchsmith.report.tune_html import write_tune_report
+    from torchsmith.report.tune_json import tune_json
     from torchsmith.tuner import WorkloadStepError, tune
 
     with user_errors():
         try:
-            with tune_progress() as progress:
+            with tune_progress(out=error_console if as_json else console) as progress:
                 result = tune(
                     workload,
                     budget=budget,
@@ -79,9 +86,12 @@ def tune_command(
         except WorkloadStepError as err:
             raise ValueError(str(err)) from None
     report_path = write_tune_report(result, report) if report and report != Path("") else None  # --report "": none
-    render_tune(result, console)
-    console.print(f"plan written to [bold]{out}[/]" + (f", report to [bold]{report_path}[/]" if report_path else ""))
-    console.print(
+    says = error_console if as_json else console  # --json: stdout holds the JSON object alone
+    render_tune(result, says)
+    says.print(f"plan written to [bold]{out}[/]" + (f", report to [bold]{report_path}[/]" if report_path else ""))
+    says.print(
         f"use it: torchsmith run {workload or 'gpt-mini'} --plan {out}   or   "
         "torchsmith.prepare(Plan.load(...), model, optimizer, loss_fn)"
     )
+    if as_json:
+        typer.echo(json.dumps(tune_json(result)))

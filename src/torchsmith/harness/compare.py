@@ -30,7 +30,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -65,6 +65,8 @@ class PlanMeasurement:
     """Why the plan could not be measured (a refused transform, an OOM, a failed compile)."""
     refused: bool = False
     """The error is a transform refusing this model (``TransformError``), not a failure while running."""
+    interleaved: bool = True
+    """Its steps ran round-robin with the other plans' (False: one plan after another, with workers)."""
 
     @property
     def ok(self) -> bool:
@@ -143,7 +145,35 @@ def measure_plans(workload: Workload, plans: Sequence[Plan], *, warmup: int = 2,
             state.close()
     ref = states[reference]
     summary = statistics.median if interleave else statistics.fmean
-    return [state.result(ref, warmup, summary) for state in states]
+    return [replace(state.result(ref, warmup, summary), interleaved=interleave) for state in states]
+
+
+WORKER_BLOCK = 4
+"""Steps per pair for plans measured one after another: a pipeline with DataLoader workers is bursty
+(a step that finds a batch ready is fast, the next waits), so a pair compares blocks of steps."""
+
+
+def paired_seconds(reference: PlanMeasurement, m: PlanMeasurement) -> tuple[list[float], list[float]]:
+    """The step times of ``reference`` and ``m`` as pairs for a speedup interval (``measure.intervals``).
+
+    A pair is one interleaved round of steps, not one ``measure_plans`` call: step ``i`` of every
+    plan ran within the same round-robin round, seconds apart, under the same load, so the pair's
+    ratio cancels the machine's drift; and a workload's noise lives from step to step inside the
+    process (DESIGN.md, "Measuring honestly"), so steps are the level to repeat at. Counting whole
+    calls as pairs would need three calls per candidate before an interval exists, tripling the
+    budget. Plans measured one after another (DataLoader workers) pair the means of blocks of
+    ``WORKER_BLOCK`` steps instead: their single steps are bursty, and not side by side anyway.
+    """
+    # A step timed at zero (a coarse clock) has no ratio: its pair is left out.
+    kept = [(x, y) for x, y in zip(reference.step_times, m.step_times, strict=False) if x > 0 and y > 0]
+    a, b = [x for x, _ in kept], [y for _, y in kept]
+    n = len(kept)
+    if reference.interleaved and m.interleaved:
+        return a, b
+    block = min(WORKER_BLOCK, max(n // 2, 1))
+    cut = n - n % block
+    return ([statistics.fmean(a[i:i + block]) for i in range(0, cut, block)],
+            [statistics.fmean(b[i:i + block]) for i in range(0, cut, block)])
 
 
 def refusal(workload: Workload, plan: Plan, device: str | torch.device | None = None) -> PlanMeasurement | None:

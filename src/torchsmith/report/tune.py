@@ -10,21 +10,23 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from torchsmith.measure.intervals import SpeedupInterval
 from torchsmith.report.console import console, fmt_bytes, fmt_rate
 from torchsmith.tuner.result import TuneResult
 from torchsmith.tuner.search import TuneProgress
 
 
 @contextmanager
-def tune_progress(quiet: bool = False) -> Iterator[Any]:
-    """A progress callback: candidates done, the knob being measured, the best so far, budget left."""
+def tune_progress(quiet: bool = False, out: Console = console) -> Iterator[Any]:
+    """A progress callback: candidates done, the knob being measured, the best so far, budget left.
+    ``out``: where it draws (``tune --json`` keeps stdout for the JSON object)."""
     if quiet:
         yield None
         return
     progress = Progress(TextColumn("[bold]tune[/] {task.fields[knob]:<13}"), BarColumn(),
                         TextColumn("{task.completed:.0f}/{task.total:.0f} candidates"),
                         TextColumn("best: {task.fields[best]}"), TimeElapsedColumn(), TextColumn("ETA"),
-                        TimeRemainingColumn(), TextColumn("({task.fields[budget]})"), console=console)
+                        TimeRemainingColumn(), TextColumn("({task.fields[budget]})"), console=out)
     task = progress.add_task("tune", total=1, knob="", best="", budget="")
 
     def update(p: TuneProgress) -> None:
@@ -43,7 +45,9 @@ def render_tune(r: TuneResult, out: Console = console, top: int = 8) -> None:
     summary.add_column(justify="left")
     summary.add_column(justify="right")
     summary.add_row("tuned plan", r.plan.describe())
-    summary.add_row("speedup vs as written (re-measured side by side)", f"{r.speedup or 1:.2f}x")
+    summary.add_row("speedup vs as written (re-measured side by side)", speedup_text(r))
+    if r.noise is not None:
+        summary.add_row("noise (as written against itself)", r.noise.describe())
     summary.add_row("throughput", f"{fmt_rate(r.throughput(r.baseline), r.throughput_unit)} -> "
                                   f"{fmt_rate(r.throughput(r.best), r.throughput_unit)}")
     summary.add_row("peak memory", f"{fmt_bytes(r.baseline.peak_memory_bytes)} -> {fmt_bytes(r.best.peak_memory_bytes)}"
@@ -56,12 +60,14 @@ def render_tune(r: TuneResult, out: Console = console, top: int = 8) -> None:
 
     ranked = sorted((c for c in r.candidates if c.speedup), key=lambda c: -(c.speedup or 0))[:top]
     table = Table(title="top candidates (speed vs the baseline measured beside them)")
-    for col in ("status", "change tried", "speed", "memory", "loss diff", "note"):
-        table.add_column(col, justify="right" if col in ("speed", "memory", "loss diff") else "left")
-    style = {"accepted": "green", "rejected": "red", "failed": "yellow"}
+    numeric = ("speed", "95% interval", "memory", "loss diff")
+    for col in ("status", "change tried", *numeric[:2], "pairs", *numeric[2:], "note"):
+        table.add_column(col, justify="right" if col in (*numeric, "pairs") else "left")
+    style = {"accepted": "green", "rejected": "red", "failed": "yellow", "not distinguishable": "yellow"}
     for c in ranked + [c for c in r.candidates if c.status == "failed"]:
         table.add_row(f"[{style.get(c.status, 'dim')}]{c.status}[/]", c.change,
-                      f"{c.speedup:.2f}x" if c.speedup else "-",
+                      f"{c.speedup:.2f}x" if c.speedup else "-", interval_range(c.interval),
+                      str(c.interval.pairs) if c.interval else "-",
                       f"{c.memory_ratio:.2f}x" if c.memory_ratio else "-",
                       f"{c.loss_rel_diff:.1e}" if c.loss_rel_diff is not None else "-", _first_sentence(c.reason))
     out.print(table)
@@ -70,6 +76,21 @@ def render_tune(r: TuneResult, out: Console = console, top: int = 8) -> None:
             out.print(f"[dim]does not apply: {c.change}: {_first_sentence(c.reason, 120)}[/]")
     for knob, why in r.skipped:
         out.print(f"[dim]not searched: {knob}: {why}[/]")
+
+
+def speedup_text(r: TuneResult) -> str:
+    """'1.38x (95% interval 1.29-1.47, 8 pairs)', or why there is no interval."""
+    if r.as_written:
+        return "1.00x (the as-written plan: nothing to change)"
+    if r.speedup_interval is not None:
+        return r.speedup_interval.describe()
+    return f"{r.speedup or 1:.2f}x"
+
+
+def interval_range(iv: SpeedupInterval | None) -> str:
+    if iv is None:
+        return "-"
+    return f"{iv.low:.2f}-{iv.high:.2f}" if iv.bounded else "unbounded"
 
 
 def _first_sentence(text: str, limit: int = 90) -> str:

@@ -1,32 +1,30 @@
 """Verdicts on one knob's candidates: which passed, which won, which were close calls.
 
-A candidate passes when it ran, kept the loss (the guard) and fits the memory limit. The
-winner is the fastest passing candidate, and it must beat the current best by more than the
-noise margin. Picking the fastest rather than the first to clear the margin keeps the order
-of the candidates from deciding.
+A candidate passes when it ran, kept the loss (the guard) and fits the memory limit. It wins
+only when the 95% interval of its speedup over the current best clears ``1 + NOISE_MARGIN``
+(``measure.intervals``, the one margin); of those that do, the fastest wins. Picking the
+fastest rather than the first to clear the margin keeps the order of the candidates from
+deciding. A candidate whose interval straddles the winning threshold even after the extra
+rounds the budget allowed is "not distinguishable": not adopted, and said so.
 
-Whether a candidate is faster is read from step-by-step ratios: the plans run interleaved,
-so step ``i`` of the best plan and step ``i`` of a candidate ran seconds apart and saw the
-same load. :func:`unsure` finds candidates whose ratios straddle the winning threshold; the
-search measures those again rather than decide on noise.
+The intervals come from step-by-step pairs: the plans run interleaved, so step ``i`` of the
+best plan and step ``i`` of a candidate ran seconds apart and saw the same load
+(``tuner.rounds``).
 """
 
 from __future__ import annotations
 
-import statistics
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from torchsmith.harness.compare import PlanMeasurement
+from torchsmith.measure.intervals import NOISE_MARGIN, SpeedupInterval
 from torchsmith.plan import Plan
 from torchsmith.text import format_bytes
 from torchsmith.tuner.guard import GuardConfig, guard_rejection
 from torchsmith.tuner.result import Candidate, Status
+from torchsmith.tuner.rounds import Round, Rounds
 
-NOISE_MARGIN = 0.03
-"""A candidate must beat the current best by more than 3% to replace it (shared-machine noise)."""
-WIN_RATIO = 1 / (1 - NOISE_MARGIN)
-"""The speed ratio over the current best that a candidate must exceed to win (~1.031)."""
 CLOSE_CALL = 0.10
 """A candidate within 10% of its knob's winner gets a second try on top of the final plan."""
 LARGE_WIN = 1.5
@@ -72,39 +70,15 @@ def rejection(m: PlanMeasurement, guard: GuardConfig, memory_limit: int | None) 
     return reason
 
 
-def step_ratios(reference: PlanMeasurement, m: PlanMeasurement) -> list[float]:
-    """``reference``'s step time over ``m``'s, step by step: > 1 where ``m`` was faster."""
-    return [a / b for a, b in zip(reference.step_times, m.step_times, strict=False) if b > 0]
-
-
-def unsure(reference: PlanMeasurement, m: PlanMeasurement) -> bool:
-    """True when the middle half of the step ratios straddles the winning threshold: neither
-    a win nor a loss can be told from this sample. A clearly slower plan is never unsure."""
-    ratios = step_ratios(reference, m)
-    if len(ratios) < 4:
-        return False
-    q1, _, q3 = statistics.quantiles(ratios, n=4)
-    return q1 < WIN_RATIO < q3
-
-
-def pooled(rounds: list[tuple[PlanMeasurement, PlanMeasurement]]) -> PlanMeasurement:
-    """One measurement of a candidate from several rounds, each ``(reference, candidate)``.
-
-    Each round gives a ratio measured side by side; their median decides, expressed as a step
-    time against the first round's reference. Absolute times from different rounds are never
-    compared with each other.
-    """
-    first_ref, first = rounds[0]
-    ratio = statistics.median(seconds(ref) / seconds(m) for ref, m in rounds)
-    return replace(first, step_seconds=seconds(first_ref) / ratio)
-
-
 def choose(knob: str, moves: list[dict[str, Any]], measured: list[PlanMeasurement], current: PlanMeasurement,
-           base: PlanMeasurement, guard: GuardConfig, memory_limit: int | None) -> KnobVerdict:
+           base: PlanMeasurement, guard: GuardConfig, memory_limit: int | None, *,
+           evidence: list[Rounds | None] | None = None) -> KnobVerdict:
     """Classify each candidate of one knob, and name the winner, if any, and the close calls.
 
-    Close calls are passing candidates within ``CLOSE_CALL`` of the leader: the second look
-    tries them again on top of the final plan, where the knobs chosen later may favour them.
+    ``evidence[i]`` holds every round candidate ``i`` was measured in (default: the one round of
+    ``measured[i]`` beside ``current`` and ``base``). Close calls are passing candidates within
+    ``CLOSE_CALL`` of the leader: the second look tries them again on top of the final plan,
+    where the knobs chosen later may favour them.
     """
     verdicts: list[Candidate | None] = []
     passed: list[int] = []
@@ -121,23 +95,38 @@ def choose(knob: str, moves: list[dict[str, Any]], measured: list[PlanMeasuremen
         closer = _closer_to_the_limit(moves, measured, current, base, guard, memory_limit, knob, verdicts)
         return KnobVerdict(closer, [], [v for v in verdicts if v is not None])
 
-    fastest_i = min(passed, key=lambda i: seconds(measured[i]))
-    fastest = measured[fastest_i]
-    wins = seconds(fastest) < seconds(current) * (1 - NOISE_MARGIN) or not fits(current, memory_limit)
-    leader = fastest if wins else current
-    rival = f"{describe_move(moves[fastest_i])}'s" if wins else "the current best's"
+    rounds = {i: _evidence(evidence, i) or Rounds([Round(baseline=base, reference=current, candidate=measured[i])])
+              for i in passed}
+    versus = {i: rounds[i].versus_reference() for i in passed}
+    must_fit = not fits(current, memory_limit)  # the current best breaks the limit: any plan that fits is progress
+    contenders = [i for i in passed if must_fit or versus[i].verdict(NOISE_MARGIN) == "faster"]
+    winner_i = max(contenders, key=lambda i: versus[i].estimate) if contenders else None
+    leader = versus[winner_i].estimate if winner_i is not None else 1.0
+    rival = f"{describe_move(moves[winner_i])}'s" if winner_i is not None else "the current best's"
     winner, close = None, []
     for i in passed:
-        m, change = measured[i], describe_move(moves[i])
-        if wins and i == fastest_i:
-            winner = verdicts[i] = Candidate.from_measurement(m, base, knob, "accepted", change=change)
+        m, change, iv = rounds[i].measurement(), describe_move(moves[i]), versus[i]
+        speed = rounds[i].versus_baseline()
+        if i == winner_i:
+            winner = verdicts[i] = Candidate.from_measurement(m, base, knob, "accepted", change=change, interval=speed)
             continue
+        status: Status = "not distinguishable" if _straddles(iv) and winner_i is None else "slower"
         verdicts[i] = Candidate.from_measurement(
-            m, base, knob, "slower", f"{seconds(leader) / seconds(m):.2f}x {rival} speed"
-            + ("" if wins else f" (needs > {WIN_RATIO:.2f}x to win)"), change)
-        if seconds(m) <= seconds(leader) * (1 + CLOSE_CALL):
+            m, base, knob, status, f"{iv.estimate / leader:.2f}x {rival} speed"
+            + ("" if winner_i is not None else f" ({iv.describe()} vs the current best; a win needs the "
+                                               f"interval above {1 + NOISE_MARGIN:.2f}x)"), change, interval=speed)
+        if iv.estimate >= leader / (1 + CLOSE_CALL):
             close.append(moves[i])
     return KnobVerdict(winner, close, [v for v in verdicts if v is not None])
+
+
+def _evidence(evidence: list[Rounds | None] | None, i: int) -> Rounds | None:
+    return evidence[i] if evidence is not None else None
+
+
+def _straddles(iv: SpeedupInterval) -> bool:
+    """Neither a win nor a loss: the interval reaches both sides of the winning threshold."""
+    return iv.low <= 1 + NOISE_MARGIN < iv.high
 
 
 def _closer_to_the_limit(moves: list[dict[str, Any]], measured: list[PlanMeasurement], current: PlanMeasurement,

@@ -6,11 +6,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from torchsmith.harness.compare import PlanMeasurement
-from torchsmith.measure.intervals import SpeedupInterval
+from torchsmith.measure.intervals import NoiseCalibration, SpeedupInterval
 from torchsmith.plan import Plan
 
-Status = Literal["baseline", "accepted", "slower", "rejected", "failed", "n/a"]
-"""n/a: the transform refused to apply to this model (e.g. channels_last without convolutions)."""
+Status = Literal["baseline", "accepted", "slower", "not distinguishable", "rejected", "failed", "n/a"]
+"""n/a: the transform refused to apply to this model (e.g. channels_last without convolutions).
+not distinguishable: its 95% interval over the best so far straddled the win threshold even after
+the extra rounds the budget allowed; not adopted."""
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,8 @@ class Candidate:
     change: str = ""
     """The knob value this candidate tried on top of the best plan so far, e.g. 'compile.enabled=True'."""
     interval: SpeedupInterval | None = None
-    """The speedup's 95% interval over its pairs (None: not measured in pairs)."""
+    """The 95% interval of ``speedup``. Workloads: pairs are interleaved steps beside the baseline, every
+    round pooled. Scripts: pairs are fresh processes, one per plan, in alternating order."""
 
     @property
     def label(self) -> str:
@@ -43,12 +46,16 @@ class Candidate:
 
     @classmethod
     def from_measurement(cls, m: PlanMeasurement, base: PlanMeasurement, knob: str, status: Status,
-                         reason: str = "", change: str = "") -> Candidate:
+                         reason: str = "", change: str = "", interval: SpeedupInterval | None = None) -> Candidate:
+        """``interval`` (the speedup over the baseline, with its uncertainty) sets ``speedup`` to its
+        estimate; without one, the speedup is the ratio of the two step times."""
         speed = base.step_seconds / m.step_seconds if m.step_seconds and base.step_seconds else None
+        if interval is not None:
+            speed = interval.estimate
         mem = (m.peak_memory_bytes / base.peak_memory_bytes
                if m.peak_memory_bytes and base.peak_memory_bytes else None)
         return cls(m.plan, knob, status, m.step_seconds, speed, m.peak_memory_bytes, mem,
-                   m.loss_rel_diff, m.param_rel_diff, m.compile_seconds, reason, change or m.plan.describe())
+                   m.loss_rel_diff, m.param_rel_diff, m.compile_seconds, reason, change or m.plan.describe(), interval)
 
 
 @dataclass
@@ -84,6 +91,18 @@ class TuneResult:
     best_mfu: float | None = None
     """Model FLOPs utilisation in the proof: matmul FLOP/s over this machine's measured matmul peak
     for the plan's matmul dtype (fp32 for the baseline, bf16 for a bf16 plan)."""
+    noise: NoiseCalibration | None = None
+    """The machine's own noise: the as-written plan against itself (A/A), measured first."""
+    speedup_interval: SpeedupInterval | None = None
+    """The final proof's 95% interval of ``speedup``; None when the plan is the as-written one."""
+    baseline_step_times: list[float] = field(default_factory=list)
+    best_step_times: list[float] = field(default_factory=list)
+    """Timed step seconds of the baseline and of the plan in the proof, every round: their distributions."""
+
+    @property
+    def as_written(self) -> bool:
+        """True when the returned plan is the workload as written (nothing to change)."""
+        return self.plan == Plan()
 
     @property
     def speedup(self) -> float | None:

@@ -10,16 +10,20 @@ candidate that
 1. runs (a refused transform, an OOM or a failed compile is recorded, and the search goes on),
 2. passes the numerical guard against the baseline (same seed, same batches),
 3. fits the memory limit, and
-4. is faster than the current best by more than the noise margin
+4. is faster than the current best: the 95% interval of its speedup clears ``1 + NOISE_MARGIN``
 
-replaces the current best (``tune.choose``). A candidate whose step-by-step ratios straddle
-the winning threshold is measured again, and a win above 1.5x is re-checked beside the best,
-before anything is decided. Memory-saving knobs cost speed, so they are tried only when the
-best plan does not fit the memory limit; then the fastest plan that fits wins. A second look
-measures the best plan beside its variants (without each kept knob; with each close call
-instead of its knob's winner), since knobs interact. Finally the winner is re-measured
-against the baseline; if it is not faster there, the as-written plan is returned: the tuner
-never hands back a regression.
+replaces the current best (``tuner.choose``). Before anything is decided, a candidate whose
+interval cannot yet decide gets more rounds beside the best while the budget allows
+(``AdaptivePairs``; still undecided, it is "not distinguishable" and not adopted), and a win
+above 1.5x is re-checked beside the best. First of all, an A/A run (the as-written plan
+against itself) measures the machine's own noise, and says when it is too noisy to decide.
+Memory-saving knobs cost speed, so they are tried only when the best plan does not fit the
+memory limit; then the fastest plan that fits wins. A second look measures the best plan beside
+its variants (without each kept knob; with each close call instead of its knob's winner), since
+knobs interact. Finally the winner is re-measured
+against the baseline, with more rounds while it is undecided and the budget allows; unless its
+interval there clears the margin, the as-written plan is returned: the tuner never hands back a
+regression, nor a claim it cannot tell from noise.
 """
 
 from __future__ import annotations
@@ -36,8 +40,16 @@ import torch
 
 from torchsmith.engine.loop import build_step, resolve_device
 from torchsmith.engine.space import Dimension, device_info, search_space
-from torchsmith.harness.compare import PlanMeasurement, StepTimer, measure_plans, refusal, wall_clock
+from torchsmith.harness.compare import (
+    PlanMeasurement,
+    StepTimer,
+    measure_plans,
+    paired_seconds,
+    refusal,
+    wall_clock,
+)
 from torchsmith.measure.fingerprint import machine_fingerprint
+from torchsmith.measure.intervals import NOISE_MARGIN, NoiseCalibration, SpeedupInterval, calibrate
 from torchsmith.measure.load import busy_note, load_per_core
 from torchsmith.plan import Plan
 from torchsmith.text import format_bytes
@@ -48,21 +60,23 @@ from torchsmith.tuner.choose import (
     describe_move,
     failure_status,
     fits,
-    pooled,
     rejection,
-    seconds,
-    unsure,
 )
 from torchsmith.tuner.guard import GuardConfig
 from torchsmith.tuner.mfu import tuned_mfu
 from torchsmith.tuner.pace import MEASURED_SHARE, MIN_PROOF_STEPS, MIN_STEPS, Pace
 from torchsmith.tuner.result import Candidate, TuneResult
+from torchsmith.tuner.rounds import Round, Rounds
 from torchsmith.workload import Workload
 
 logger = logging.getLogger(__name__)
 
 EXTRA_ROUNDS = 2
-"""At most this many further rounds for a candidate the first round could not decide."""
+"""At most this many further rounds for a candidate (and for the proof) the first round could not decide."""
+CALIBRATION_STEPS = 5
+"""Timed steps (pairs) of the A/A run that measures the noise, after one warm-up step each."""
+NOISY_EFFECT = 1.10
+"""The machine is too noisy when a true 1.10x speedup cannot clear the margin within the pairs a candidate may get."""
 
 
 class TuneError(ValueError):
@@ -95,19 +109,41 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
     _check_workload_runs(workload, dev)
     not_applicable: list[Candidate] = []
     dims = _applicable(workload, _dimensions(dev, knobs), dev, not_applicable)
-    calib, pace = _calibrate(workload, dev, [d for d in dims if not d.saves_memory], budget_seconds, start, warmup,
-                             clock, measure_memory=memory_limit is not None)
+    calib, noise, pace = _calibrate(workload, dev, [d for d in dims if not d.saves_memory], budget_seconds, start,
+                                    warmup, clock, measure_memory=memory_limit is not None)
     run = _Search(workload, dev, guard, memory_limit, clock, on_progress, pace, best_m=calib,
-                  total=2 + sum(len(d.moves()) + 2 for d in dims) + 2)
+                  total=2 + sum(len(d.moves()) + 2 for d in dims) + 2, noise=noise)
     run.report("baseline")
+    noisy = _noise_note(noise, pace)
     for dim in dims:
         run.walk(dim)
     run.second_look(dims)
     proof = run.prove()
     result = run.result(proof, not_applicable)
+    if noisy:
+        result.notes.insert(0, noisy)
     if busy:
         result.notes.insert(0, busy)
     return result
+
+
+def _noise_note(noise: NoiseCalibration, pace: Pace) -> str | None:
+    """What to say when the A/A noise is too large to decide a 1.10x claim in the pairs a candidate gets."""
+    cap = _pairs_cap(pace.steps)
+    logger.info("noise (A/A, as written against itself): %s", noise.describe())
+    if not noise.too_noisy(cap, NOISY_EFFECT):
+        return None
+    logger.warning("this machine is too noisy to decide a %.2fx claim in this budget: %s", NOISY_EFFECT,
+                   noise.describe())
+    return (f"this machine is too noisy to decide small gains in this budget: {noise.describe()}, and a "
+            f"candidate gets at most {cap} here. Claims that cannot be told from noise are reported "
+            "'not distinguishable' and not adopted. Tip: a larger --budget gives each candidate more steps, "
+            "and a quieter machine (no other jobs) narrows every interval.")
+
+
+def _pairs_cap(steps: int) -> int:
+    """Pairs a candidate gets at most: its steps in the first round and in each extra round."""
+    return steps * (1 + EXTRA_ROUNDS)
 
 
 @dataclass(frozen=True)
@@ -117,6 +153,10 @@ class _Proof:
     best: Candidate
     measurements: list[PlanMeasurement]
     notes: list[str]
+    interval: SpeedupInterval | None
+    """The plan's speedup over the baseline in the proof; None when the plan is the as-written one."""
+    baseline_step_times: list[float]
+    best_step_times: list[float]
 
 
 @dataclass
@@ -133,6 +173,7 @@ class _Search:
     best_m: PlanMeasurement
     """The latest measurement of ``best``."""
     total: int
+    noise: NoiseCalibration | None = None
     best: Plan = field(default_factory=Plan)
     best_speedup: float | None = 1.0
     candidates: list[Candidate] = field(default_factory=list)
@@ -164,8 +205,10 @@ class _Search:
         if not self.candidates:
             self.candidates.append(Candidate.from_measurement(base_m, base_m, "baseline", "baseline",
                                                               change="as written"))
-        measured = self._settle(dim, plans[-len(moves):], ms[-len(moves):], current, steps)
-        verdict: KnobVerdict = choose(dim.name, moves, measured, current, base_m, self.guard, self.memory_limit)
+        evidence = self._settle(dim, plans[-len(moves):], ms[-len(moves):], base_m, current, steps)
+        measured = [ev.measurement() if ev is not None else m for ev, m in zip(evidence, ms[-len(moves):], strict=True)]
+        verdict: KnobVerdict = choose(dim.name, moves, measured, current, base_m, self.guard, self.memory_limit,
+                                      evidence=evidence)
         self.candidates += verdict.candidates
         self.close_calls += verdict.close_calls
         self.best_m = current
@@ -195,26 +238,59 @@ class _Search:
         self.best, self.best_speedup = chosen.winner.plan, chosen.winner.speedup
 
     def prove(self) -> _Proof:
-        """Re-measure the best plan beside the baseline, with more steps than the search used; fall
-        back to the baseline if it is not faster there (unless the baseline breaks the memory limit)."""
+        """Re-measure the best plan beside the baseline, with more steps than the search used and more
+        rounds while its interval is undecided; fall back to the baseline unless the interval clears
+        the margin there (or the baseline breaks the memory limit, which no speed can excuse)."""
         self.done = self.total - 2
         self.report("proof")
         plans = [Plan(), self.best] if self.best != Plan() else [Plan()]
-        ms = measure_plans(self.workload, plans, warmup=self.pace.warmup, steps=max(self.pace.steps, MIN_PROOF_STEPS),
-                           device=self.device, clock=self.clock, compare_steps=self.guard.steps)
+        steps = max(self.pace.steps, MIN_PROOF_STEPS)
+        ms = self._proof_round(plans, steps)
         base_c = Candidate.from_measurement(ms[0], ms[0], "baseline", "baseline")
-        best_c = Candidate.from_measurement(ms[-1], ms[0], "best", "accepted")
+        if len(plans) == 1:
+            best_c = Candidate.from_measurement(ms[0], ms[0], "best", "accepted")
+            return _Proof(Plan(), base_c, best_c, ms, self._memory_notes(Plan(), ms), None, ms[0].step_times,
+                          ms[0].step_times)
+        if ms[-1].error:
+            notes = [f"re-measured beside the baseline, {self.best.describe()} failed: {ms[-1].error}; kept the "
+                     "as-written plan instead."]
+            return _Proof(Plan(), base_c, base_c, ms, notes + self._memory_notes(Plan(), ms), None,
+                          ms[0].step_times, ms[0].step_times)
+        evidence = Rounds([Round(baseline=ms[0], reference=ms[0], candidate=ms[-1])])
+        while evidence.adaptive(1 + EXTRA_ROUNDS).need_more() and self.pace.elapsed() + self.pace.estimate(
+                2, steps) <= self.pace.budget_seconds:
+            again = self._proof_round(plans, steps)
+            if again[-1].error or again[0].error:
+                break
+            evidence.add(Round(baseline=again[0], reference=again[0], candidate=again[-1]))
+        interval = evidence.versus_baseline()
+        kept = evidence.kept()
+        base_times = [t for r in kept for t in r.baseline.step_times]
+        best_times = [t for r in kept for t in r.candidate.step_times]
+        best_c = Candidate.from_measurement(evidence.measurement(), ms[0], "best", "accepted", interval=interval)
         plan, notes = self.best, []
-        if plan != Plan() and fits(ms[0], self.memory_limit) and (
-                ms[-1].error or not best_c.speedup or best_c.speedup < 1.0):
-            notes.append(f"re-measured beside the baseline, {plan.describe()} ran at {best_c.speedup or 0:.2f}x; "
-                         "kept the as-written plan instead (never a regression).")
-            plan, best_c = Plan(), base_c
-        if not fits(ms[-1], self.memory_limit):
-            notes.append(f"no plan searched fits the memory limit of {format_bytes(self.memory_limit)}: the closest, "
-                         f"{plan.describe()}, peaked at {format_bytes(ms[-1].peak_memory_bytes)}. Tip: a larger "
-                         "--budget searches more memory knobs together, or lower the batch size.")
-        return _Proof(plan, base_c, best_c, ms, notes)
+        verdict = interval.verdict(NOISE_MARGIN)
+        if fits(ms[0], self.memory_limit) and verdict != "faster":
+            said = "measurably slower" if verdict == "slower" else "not distinguishable from as written"
+            notes.append(f"re-measured beside the baseline, {plan.describe()} ran at {interval.describe()}: {said}; "
+                         "kept the as-written plan instead (never a regression, nor a claim the noise allows).")
+            plan, best_c, best_times = Plan(), base_c, base_times
+        return _Proof(plan, base_c, best_c, ms, notes + self._memory_notes(plan, ms),
+                      interval if plan != Plan() else None, base_times, best_times)
+
+    def _proof_round(self, plans: list[Plan], steps: int) -> list[PlanMeasurement]:
+        began = time.perf_counter()
+        ms = measure_plans(self.workload, plans, warmup=self.pace.warmup, steps=steps, device=self.device,
+                           clock=self.clock, compare_steps=self.guard.steps)
+        self.pace.record(time.perf_counter() - began, len(plans), steps)
+        return ms
+
+    def _memory_notes(self, plan: Plan, ms: list[PlanMeasurement]) -> list[str]:
+        if fits(ms[-1], self.memory_limit):
+            return []
+        return [f"no plan searched fits the memory limit of {format_bytes(self.memory_limit)}: the closest, "
+                f"{plan.describe()}, peaked at {format_bytes(ms[-1].peak_memory_bytes)}. Tip: a larger "
+                "--budget searches more memory knobs together, or lower the batch size."]
 
     def result(self, proof: _Proof, not_applicable: list[Candidate]) -> TuneResult:
         baseline_mfu, best_mfu = tuned_mfu(self.workload, self.device, proof.baseline.step_seconds,
@@ -229,7 +305,9 @@ class _Search:
             elapsed_seconds=self.pace.elapsed(), memory_limit_bytes=self.memory_limit, guard=self.guard,
             fingerprint=machine_fingerprint(), device=str(self.device), baseline_losses=proof.measurements[0].losses,
             best_losses=proof.measurements[-1].losses, skipped=self.skipped, notes=proof.notes,
-            warmup_steps=self.pace.warmup, timed_steps=self.pace.steps, baseline_mfu=baseline_mfu, best_mfu=best_mfu)
+            warmup_steps=self.pace.warmup, timed_steps=self.pace.steps, baseline_mfu=baseline_mfu, best_mfu=best_mfu,
+            noise=self.noise, speedup_interval=proof.interval, baseline_step_times=proof.baseline_step_times,
+            best_step_times=proof.best_step_times)
 
     # --- helpers ------------------------------------------------------------------------
 
@@ -245,22 +323,26 @@ class _Search:
                 return moves[:count], steps
         return [], 0
 
-    def _settle(self, dim: Dimension, plans: list[Plan], measured: list[PlanMeasurement], current: PlanMeasurement,
-                steps: int) -> list[PlanMeasurement]:
-        """Measure again the candidates this round could not decide, and re-check a large win, each
-        beside the best plan in a new round; a candidate's figure is then the median of its rounds."""
-        rounds = {i: [(current, m)] for i, m in enumerate(measured) if m.ok and rejection(m, self.guard, None) is None}
+    def _settle(self, dim: Dimension, plans: list[Plan], measured: list[PlanMeasurement], base_m: PlanMeasurement,
+                current: PlanMeasurement, steps: int) -> list[Rounds | None]:
+        """Measure again, beside the best plan in a new round, the candidates whose interval cannot
+        decide yet (``AdaptivePairs``), and re-check a large win; every round's pairs pool into one
+        interval per candidate. None for the candidates that failed or broke the guard."""
+        evidence = {i: Rounds([Round(baseline=base_m, reference=current, candidate=m)]) for i, m in enumerate(measured)
+                    if m.ok and rejection(m, self.guard, None) is None}
         for _ in range(EXTRA_ROUNDS):
-            again = [i for i, r in rounds.items() if unsure(*r[-1]) or _large_win(r)]
+            again = [i for i, ev in evidence.items() if ev.adaptive(1 + EXTRA_ROUNDS).need_more() or _large_win(ev)]
             cost = self.pace.estimate(len(again) + 2, steps, dim.setup_seconds * len(again))
             if not again or not self.pace.affordable(cost):
                 break
             ms = self._measure(self._beside_best([plans[i] for i in again]), steps, f"{dim.name} (again)")
             reference = ms[1] if self.best != Plan() else ms[0]
+            if ms[0].error or reference.error:
+                break
             for i, m in zip(again, ms[-len(again):], strict=True):
                 if m.ok:
-                    rounds[i].append((reference, m))
-        return [pooled(rounds[i]) if i in rounds else m for i, m in enumerate(measured)]
+                    evidence[i].add(Round(baseline=ms[0], reference=reference, candidate=m))
+        return [evidence.get(i) for i in range(len(measured))]
 
     def _beside_best(self, plans: list[Plan]) -> list[Plan]:
         """The baseline, the best so far (when it is not the baseline), then ``plans``."""
@@ -287,15 +369,19 @@ class _Search:
 
 
 def _calibrate(workload: Workload, dev: torch.device, speed_dims: list[Dimension], budget_seconds: float,
-               start: float, warmup: int, clock: StepTimer, measure_memory: bool) -> tuple[PlanMeasurement, Pace]:
-    """Time a few baseline steps; from that, the steps each measurement gets within the budget.
+               start: float, warmup: int, clock: StepTimer,
+               measure_memory: bool) -> tuple[PlanMeasurement, NoiseCalibration, Pace]:
+    """Time the as-written plan against itself (A/A), interleaved: its step time sets the steps each
+    measurement gets within the budget, and the spread of the A/A ratio is the machine's own noise.
 
     Refuses a budget too small for the floor: the baseline beside one candidate, then the proof.
     """
-    calib = measure_plans(workload, [Plan()], warmup=1, steps=2, device=dev, clock=clock,
-                          measure_memory=measure_memory)[0]
-    if calib.error:
-        raise TuneError(f"the baseline of {workload.name} failed while calibrating: {calib.error}")
+    first, second = measure_plans(workload, [Plan(), Plan()], warmup=1, steps=CALIBRATION_STEPS, device=dev,
+                                  clock=clock, measure_memory=measure_memory)
+    calib = first
+    if calib.error or second.error:
+        raise TuneError(f"the baseline of {workload.name} failed while calibrating: {calib.error or second.error}")
+    noise = calibrate(*paired_seconds(first, second))
     step_s = calib.step_seconds or 1e-3
     plans_to_measure = 2 + sum(len(d.moves()) + 2 for d in speed_dims) + 2
     pace = Pace.calibrated(budget_seconds, step_s, warmup, plans_to_measure, start)
@@ -311,12 +397,12 @@ def _calibrate(workload: Workload, dev: torch.device, speed_dims: list[Dimension
             f"Tip: pass --budget {minimum}s or more; a full search of {plans_to_measure - 2} candidates needs "
             f"about {math.ceil(full)} s."
         )
-    return calib, pace
+    return calib, noise, pace
 
 
-def _large_win(rounds: list[tuple[PlanMeasurement, PlanMeasurement]]) -> bool:
+def _large_win(evidence: Rounds) -> bool:
     """Still above ``LARGE_WIN`` over the best, pooled over the rounds so far: re-check it."""
-    return seconds(rounds[0][0]) / seconds(pooled(rounds)) > LARGE_WIN
+    return evidence.versus_reference().estimate > LARGE_WIN
 
 
 def _setup_seconds(plans: list[Plan], dims: list[Dimension], reference: Plan) -> float:

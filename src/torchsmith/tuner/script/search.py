@@ -103,10 +103,6 @@ class ScriptTuneResult(TuneResult):
     spread: BaselineSpread | None = None
     applied: dict[str, KnobOutcome] = field(default_factory=dict)
     """How the injection applied each knob of the winning plan."""
-    noise: NoiseCalibration | None = None
-    """The A/A calibration: how far two runs of the script as written differ on this machine."""
-    speedup_interval: SpeedupInterval | None = None
-    """The final proof's interval: the plan against the script as written (None: as written returned)."""
     window: int = 0
     """Measured steps per run, after stretching to ``min_window_seconds``."""
 
@@ -341,7 +337,8 @@ class _ScriptSearch:
         cut = " (budget)" if out.out_of_budget else ""
         why = (f"slower: {iv.describe()}{vs}" if verdict == "slower" else
                f"not distinguishable{cut}: {iv.describe()}{vs}; a win needs the low end above {1 + NOISE_MARGIN:.2f}")
-        return _candidate(plan, knob, "slower", out.candidate, self.first, self.reference, why, iv)
+        lost: Status = "slower" if verdict == "slower" else "not distinguishable"
+        return _candidate(plan, knob, lost, out.candidate, self.first, self.reference, why, iv)
 
     # -- 3. prove ----------------------------------------------------------------------------
 
@@ -352,6 +349,7 @@ class _ScriptSearch:
         fits_only_tuned = self.cfg.memory_limit is not None and (first.peak_memory_bytes or 0) > self.cfg.memory_limit
         best, best_c, interval, best_run = self.best, None, None, None
         base_times = [first.step_seconds or 0.0]
+        base_steps, best_steps = list(first.step_times), []
         if best != Plan():
             self.progress("proof")
             # The proof's first pairs were reserved during the walk; more only within the budget.
@@ -363,6 +361,8 @@ class _ScriptSearch:
                 stop=lambda r: self._guard_rejection(r) is not None, reference_label="proof: baseline")
             interval = out.interval()
             base_times = [r.step_seconds or 0.0 for r in out.reference] or base_times
+            base_steps = [t for r in out.reference for t in r.step_times] or base_steps
+            best_steps = [t for r in out.candidate for t in r.step_times]
             ok = out.stopped_by is None and interval is not None
             keep = ok and interval is not None and (fits_only_tuned or interval.verdict(NOISE_MARGIN) == "faster")
             if keep:
@@ -385,6 +385,7 @@ class _ScriptSearch:
             code_change=adoption_lines(best, best_run.applied if best_run else {}, first.facts),
             written_files=self.written, spread=self.spread, applied=best_run.applied if best_run else {},
             noise=self.noise, speedup_interval=interval, window=self.run_cfg.window,
+            baseline_step_times=base_steps, best_step_times=best_steps if best != Plan() else [],
         )
 
 

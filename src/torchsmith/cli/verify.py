@@ -1,0 +1,72 @@
+"""``torchsmith verify PLAN [WORKLOAD | -- command ...]``: is the plan still not slower? A CI gate.
+
+Exit codes: 0 the plan is not slower than as written (faster, or not distinguishable); 1 it is
+measurably slower (its whole 95% interval lies below 1.0); 2 an error (a bad plan file, an
+unknown workload, a step that fails), said in one line with a Tip.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from torchsmith.cli import app
+from torchsmith.cli.common import WORKLOAD_HELP, user_errors
+
+SLOWER_EXIT = 1
+
+
+@app.command("verify")
+def verify_command(
+    plan_path: Path = typer.Argument(..., metavar="PLAN", help="The plan.json to check."),
+    target: Optional[list[str]] = typer.Argument(
+        None, help=WORKLOAD_HELP + " Default: gpt-mini. Or, after --, a command: -- python train.py --its --args"
+    ),
+    budget: str = typer.Option("1m", "--budget", help="Wall-clock budget for the A/B, e.g. 30s, 2m."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout (messages go to stderr)."),
+    device: str = typer.Option("auto", "--device", help="cpu, cuda or auto."),
+) -> None:
+    """Measure PLAN against the workload as written, interleaved, and state the 95% interval.
+
+    \b
+    torchsmith verify plan.json mlp --budget 1m     # exit 1 when the plan is measurably slower
+    torchsmith verify plan.json -- python train.py
+    """
+    from torchsmith.cli.run_script import is_command
+
+    args = list(target or [])
+    if is_command(args):
+        raise typer.Exit(verify_command_form(plan_path, args, budget=budget, as_json=as_json))
+    raise typer.Exit(verify_workload(plan_path, args[0] if args else None, budget=budget, as_json=as_json,
+                                     device=device))
+
+
+def verify_workload(plan_path: Path, workload: str | None, *, budget: str, as_json: bool, device: str) -> int:
+    from torchsmith.plan import Plan
+    from torchsmith.report.console import console, error_console
+    from torchsmith.report.verify import render_verify
+    from torchsmith.tuner.parse_budget import parse_duration
+    from torchsmith.tuner.verify import verify
+    from torchsmith.workload import load_workload
+
+    with user_errors():
+        plan = Plan.load(plan_path)
+        budget_s = parse_duration(budget)
+        if budget_s <= 0:
+            raise ValueError(f"the time budget must be positive, got {budget!r}.\nTip: pass --budget 1m.")
+        w = load_workload(workload)
+        result = verify(w, plan, budget_seconds=budget_s, device=device)
+    render_verify(result, error_console if as_json else console)
+    if as_json:
+        typer.echo(json.dumps(result.to_json()))
+    return SLOWER_EXIT if result.slower else 0
+
+
+def verify_command_form(plan_path: Path, command: list[str], *, budget: str, as_json: bool) -> int:
+    """``verify PLAN -- command ...``: the script's A/B, alternating whole processes (A B B A ...)."""
+    from torchsmith.cli.verify_script import verify_script_command
+
+    return verify_script_command(plan_path, command, budget=budget, as_json=as_json)
