@@ -37,7 +37,8 @@ def main() -> int:
         r = tune_script(cmd, cfg)
         as_written += r.plan == Plan()
         claim = r.speedup_interval.describe() if r.speedup_interval else "as written"
-        tried = ", ".join(f"{c.change} {c.status}" for c in r.candidates)
+        tried = ", ".join(f"{c.change} {c.status}" for c in r.candidates) or "none"
+        tried += "".join(f"; not tried: {knob} ({why})" for knob, why in r.skipped)
         noise = r.noise.describe() if r.noise else "no calibration"
         print(f"tune {i + 1:>2}: {claim:<45} in {r.elapsed_seconds:4.0f} s; {noise}; tried: {tried}", flush=True)
     need = math.ceil(0.95 * args.repeats)

@@ -43,7 +43,8 @@ def main() -> int:
         iv = r.speedup_interval
         if r.plan.optimizer.impl not in ("foreach", "fused") or iv is None:
             tried = ", ".join(f"{c.change} {c.status} {c.interval.describe() if c.interval else ''}"
-                              for c in r.candidates)
+                              for c in r.candidates) or "none"
+            tried += "".join(f"; not tried: {knob} ({why})" for knob, why in r.skipped)
             print(f"tune {i + 1:>2}: missed ({r.plan.describe()}); tried: {tried}", flush=True)
             continue
         found += 1
