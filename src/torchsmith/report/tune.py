@@ -55,7 +55,8 @@ def render_tune(r: TuneResult, out: Console = console, top: int = 8) -> None:
     if r.baseline_mfu is not None and r.best_mfu is not None:
         summary.add_row("MFU (of this machine's measured matmul peak)", f"{r.baseline_mfu:.0%} -> {r.best_mfu:.0%}")
     summary.add_row("search time", f"{r.elapsed_seconds:.0f} s of {r.budget_seconds:.0f} s budget, "
-                                   f"{r.warmup_steps} warm-up + median of {r.timed_steps} steps per candidate")
+                                   f"{r.warmup_steps} warm-up + {r.timed_steps} timed steps (pairs) per candidate "
+                                   "and round")
     out.print(summary)
 
     ranked = sorted((c for c in r.candidates if c.speedup), key=lambda c: -(c.speedup or 0))[:top]

@@ -257,8 +257,9 @@ class _Search:
             return _Proof(Plan(), base_c, base_c, ms, notes + self._memory_notes(Plan(), ms), None,
                           ms[0].step_times, ms[0].step_times)
         evidence = Rounds([Round(baseline=ms[0], reference=ms[0], candidate=ms[-1])])
-        while evidence.adaptive(1 + EXTRA_ROUNDS).need_more() and self.pace.elapsed() + self.pace.estimate(
-                2, steps) <= self.pace.budget_seconds:
+        # A dropped burst can leave the kept pairs short of the cap: the round count bounds the loop too.
+        while (len(evidence.rounds) < 1 + EXTRA_ROUNDS and evidence.adaptive(1 + EXTRA_ROUNDS).need_more()
+               and self.pace.elapsed() + self.pace.estimate(2, steps) <= self.pace.budget_seconds):
             again = self._proof_round(plans, steps)
             if again[-1].error or again[0].error:
                 break

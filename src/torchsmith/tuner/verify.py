@@ -84,7 +84,8 @@ def verify(workload: Workload, plan: Plan, *, budget_seconds: float = 60.0, devi
     steps = max(pace.steps, MIN_PROOF_STEPS)
     evidence = Rounds()
     while not evidence.rounds or evidence.adaptive(MAX_ROUNDS, goal="no_regression").need_more():
-        if evidence.rounds and not _time_for(pace, steps):
+        # A dropped burst can leave the kept pairs short of the cap: the round count bounds the loop too.
+        if evidence.rounds and (len(evidence.rounds) >= MAX_ROUNDS or not _time_for(pace, steps)):
             break
         began = time.perf_counter()
         base_m, plan_m = _round(workload, [Plan(), plan], warmup=warmup, steps=steps, device=dev, clock=clock)

@@ -1,0 +1,56 @@
+"""`tune --json`: one JSON object with the plan, the speedup interval, candidates and the noise."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from torchsmith.plan import Plan
+from torchsmith.report.tune_json import tune_json
+from torchsmith.tuner import tune
+
+
+def stub_clock(seconds_for):
+    def clock(plan, run_step):
+        run_step()
+        return seconds_for(plan)
+    return clock
+
+
+def test_the_json_of_a_win_states_its_interval_and_every_candidate():
+    result = tune("mlp", budget="10m", knobs=["optimizer"],
+                  clock=stub_clock(lambda p: 0.5 if p.optimizer.impl == "fused" else 1.0))
+    data = json.loads(json.dumps(tune_json(result), allow_nan=False))
+    assert data["as_written"] is False and Plan.from_dict(data["plan"]) == result.plan
+    assert data["speedup"] == {"estimate": pytest.approx(2.0), "low": pytest.approx(2.0),
+                               "high": pytest.approx(2.0), "confidence": 0.95, "pairs": result.speedup_interval.pairs}
+    assert data["speedup"]["pairs"] >= 6
+    assert data["baseline"]["step_seconds"] == pytest.approx(1.0)
+    assert data["tuned"]["step_seconds"] == pytest.approx(0.5)
+    fused = next(c for c in data["candidates"] if c["value"] == "optimizer.impl=fused")
+    assert fused["status"] == "accepted" and fused["ratio"] == pytest.approx(2.0)
+    assert fused["interval"]["low"] == pytest.approx(2.0) and fused["interval"]["pairs"] > 0
+    assert data["noise"]["spread"] == 0.0 and data["noise"]["pairs"] == 5
+
+
+def test_the_json_of_an_unchanged_workload_says_as_written_with_speedup_exactly_one():
+    result = tune("mlp", budget="10m", knobs=["optimizer"], clock=stub_clock(lambda p: 1.0))
+    data = tune_json(result)
+    assert data["as_written"] is True and data["plan"] == Plan().to_dict()
+    assert data["speedup"] == {"estimate": 1.0, "low": 1.0, "high": 1.0, "confidence": 0.95, "pairs": 0}
+    assert {c["status"] for c in data["candidates"]} <= {"slower", "not distinguishable", "n/a"}
+
+
+@pytest.mark.slow
+def test_tune_json_prints_one_object_on_stdout_and_the_tables_on_stderr(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "torchsmith", "tune", "mlp", "--budget", "2m", "--knobs", "optimizer",
+                           "--json", "--out", "p.json", "--report", ""],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(proc.stdout)  # the whole of stdout is the object
+    assert set(data) >= {"plan", "as_written", "speedup", "baseline", "tuned", "candidates", "noise"}
+    assert set(data["speedup"]) == {"estimate", "low", "high", "confidence", "pairs"}
+    assert data["speedup"]["confidence"] == 0.95
+    assert all(set(c) >= {"knob", "value", "status", "ratio", "interval"} for c in data["candidates"])
+    assert data["noise"]["pairs"] == 5 and "tuned plan" in proc.stderr and "speedup vs as written" in proc.stderr
