@@ -41,10 +41,19 @@ class Repeat:
     slower: bool
 
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
 def script_targets() -> list[Target]:
-    """Unmodified scripts (nanoGPT-style, HF Trainer): the script tuner's half of this benchmark.
-    Empty until ``tune --json -- command`` and ``verify PLAN -- command`` exist."""
-    return []
+    """Unmodified scripts: the nanoGPT-style example and the HF Trainer script of the tests' corpus
+    (wherever the corpus keeps it). Each run ends itself after its window, so the step counts are large."""
+    nanogpt = ROOT / "examples" / "nanogpt_style" / "train.py"
+    targets = [Target(name="nanogpt-style", args=["--", sys.executable, str(nanogpt), "--max-iters", "100000"])]
+    hf = next((p for p in (ROOT / "tests" / "scripts" / "hf_trainer.py",
+                           ROOT / "tests" / "tuner" / "scripts" / "hf_trainer.py") if p.exists()), None)
+    if hf is not None:
+        targets.append(Target(name="hf-trainer", args=["--", sys.executable, str(hf), "--steps", "100000"]))
+    return targets
 
 
 def torchsmith(*args: str, cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:

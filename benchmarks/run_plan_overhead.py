@@ -36,8 +36,8 @@ def hook_seconds_per_step(n: int = 200_000) -> float:
 
     import torch
 
+    from torchsmith.inject.plan_injection import InjectSpec, PlanInjection
     from torchsmith.plan import Plan
-    from torchsmith.profile.inject_plan import InjectSpec, PlanInjection
 
     inj = PlanInjection(InjectSpec(plan=Plan().to_dict()))  # not installed: its hooks are called by hand
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)

@@ -1,6 +1,6 @@
 """How far apart fresh processes of one unmodified script are, as the script tuner measures them.
 
-Runs the script as written N times per window length (``tuner.script_run.run_script``, the same
+Runs the script as written N times per window length (``tuner.script.run.run_script``, the same
 in-process step timestamps tune uses) and prints each run's median step time and the ratio of
 the slowest to the fastest. This spread is why ``tune -- python train.py`` runs a would-be winner
 twice and counts the slower look, and why a longer window alone does not remove it.
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from torchsmith.plan import Plan
-from torchsmith.tuner.script_run import ScriptRunConfig, run_script
+from torchsmith.tuner.script.run import ScriptRunConfig, run_script
 
 DEFAULT = [sys.executable, str(Path(__file__).resolve().parent.parent / "tests" / "scripts" / "accelerate_loop.py"),
            "--steps", "400"]

@@ -33,7 +33,7 @@ def main() -> None:
     from torchsmith.plan import Plan
     from torchsmith.tuner.parse_budget import parse_duration
     from torchsmith.tuner.script import ScriptTuneConfig, tune_script
-    from torchsmith.tuner.script_run import ScriptRunConfig, run_script
+    from torchsmith.tuner.script.run import ScriptRunConfig, run_script
 
     cmd = [sys.executable, str(SCRIPT), "--max-iters", "100000"]  # each run ends itself after its window
     run_cfg = ScriptRunConfig(window=args.window)

@@ -17,10 +17,10 @@ SRC = Path(__file__).parent.parent.parent / "src"
 def test_tune_a_script_writes_plan_report_and_summary(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
     side = tmp_path / "written-by-the-script.txt"
-    proc = subprocess.run([sys.executable, "-m", "torchsmith", "tune", "--budget", "3m", "--knobs", "threads",
+    proc = subprocess.run([sys.executable, "-m", "torchsmith", "tune", "--budget", "4m", "--knobs", "threads",
                            "--window", "3", "--out", "p.json", "--report", "r.html", "--",
                            sys.executable, str(SCRIPT), "--write", str(side)],
-                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     assert json.loads((tmp_path / "p.json").read_text())["schema_version"] == 1
     out = " ".join(proc.stdout.split())  # rich wraps long lines

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from torchsmith.plan import Autocast, Backend, CheckpointBlocks, Compile, LoaderConfig, OptimizerImpl, Plan, Threads
-from torchsmith.tuner.script_run import ScriptRunConfig, run_script
+from torchsmith.tuner.script.run import ScriptRunConfig, run_script
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
 ALL = Plan(threads=Threads(intra_op=1), optimizer=OptimizerImpl(impl="fused"), precision=Autocast(dtype="bfloat16"),
@@ -39,7 +39,7 @@ def _assert_all_applied(r, seen, *, loader=True):
     if loader:
         assert seen["num_workers"] == 1
     for knob in ("threads", "optimizer", "precision", "compile", "checkpointing", "matmul_precision"):
-        assert r.applied[knob].startswith("applied"), (knob, r.applied)
+        assert r.applied[knob].status == "applied", (knob, r.applied)
     assert len(r.losses) == SHORT.warmup + SHORT.window and r.step_seconds > 0
 
 
@@ -79,7 +79,7 @@ def test_framework_autocast_is_reported_as_written_not_wrapped_twice(tmp_path):
     plan = Plan(precision=Autocast(dtype="bfloat16"))
     r, seen = _run("lightning_script.py", plan, tmp_path, "--precision", "bf16-mixed")
     assert seen["autocast"] is True
-    assert r.applied["precision"].startswith("as written"), r.applied
+    assert r.applied["precision"].status == "as_written", r.applied
 
 
 @pytest.mark.slow
@@ -90,9 +90,10 @@ def test_knobs_reach_an_accelerate_loop():
     r = run_script([sys.executable, str(script), "--steps", "40"], ALL.replace(compile=Compile()), SHORT)
     assert r.ok, r.error
     for knob in ("threads", "loader", "precision", "matmul_precision"):
-        assert r.applied[knob].startswith("applied"), (knob, r.applied)
-    assert r.applied["optimizer"] == "as written: the script chose the SGD implementation"
-    assert r.applied["checkpointing"].startswith("not applied: activation checkpointing needs the model's repeated")
+        assert r.applied[knob].status == "applied", (knob, r.applied)
+    assert r.applied["optimizer"].describe() == "as written: the script chose the SGD implementation"
+    assert r.applied["checkpointing"].status == "not_applied"
+    assert r.applied["checkpointing"].detail.startswith("activation checkpointing needs the model's repeated")
     assert r.facts["model"] == "Sequential" and all(ld["num_workers"] == 1 for ld in r.facts["loaders"])
 
 
@@ -101,7 +102,8 @@ def test_an_optimizer_without_foreach_or_fused_is_named():
     script = SCRIPTS / "lbfgs.py"
     r = run_script([sys.executable, str(script), "--steps", "10"], Plan(optimizer=OptimizerImpl(impl="fused")), SHORT)
     assert r.ok, r.error
-    assert r.applied["optimizer"] == "not applied: LBFGS is not a torch.optim optimizer that takes foreach= or fused="
+    assert r.applied["optimizer"].status == "not_applied"
+    assert r.applied["optimizer"].detail == "LBFGS is not a torch.optim optimizer that takes foreach= or fused="
 
 
 @pytest.mark.slow
@@ -109,7 +111,7 @@ def test_script_that_chose_its_optimizer_implementation_keeps_it(tmp_path):
     r, seen = _run("hf_trainer.py", Plan(optimizer=OptimizerImpl(impl="foreach")), tmp_path,
                    "--small", "--optim", "adamw_torch_fused", "--out", str(tmp_path / "hf"))
     assert seen["fused"] is True and not seen["foreach"]
-    assert r.applied["optimizer"].startswith("as written"), r.applied
+    assert r.applied["optimizer"].status == "as_written", r.applied
 
 
 @pytest.mark.slow
@@ -120,6 +122,6 @@ def test_knobs_reach_the_nanogpt_style_example():
     assert r.ok, r.error
     assert r.facts["model"] == "GPT" and r.facts["optimizer"]["fused"] == [True, True]
     for knob in ("threads", "optimizer", "precision", "checkpointing"):
-        assert r.applied[knob].startswith("applied"), (knob, r.applied)
-    assert "transformer.h" in r.applied["checkpointing"]
+        assert r.applied[knob].status == "applied", (knob, r.applied)
+    assert "transformer.h" in r.applied["checkpointing"].detail
     assert not r.written_files or all("ckpt" not in f for f in r.written_files)  # TORCHSMITH_TUNE=1: no saving

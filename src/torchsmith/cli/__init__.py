@@ -3,20 +3,22 @@
 One module per command group keeps each file short; each registers its commands on ``app``.
 
 Modules:
-    bench         ``bench tips``: every optimisation alone, measured side by side
-    child_process a child command in the foreground, SIGINT/SIGTERM forwarded, its exit code passed on
-    common        what every command shares: user errors, the shell exit code, ``--device``/``--json``
-    data          ``data pack|verify|tune``: packed memory-mapped datasets and loader tuning
-    debug         ``debug grads|nan|gradcheck|graph`` on the ``debug_app`` sub-Typer
-    desync        ``debug desync``: are the data-parallel replicas still bit-identical?
-    doctor        ``doctor``: why training is slow, for a workload or an unmodified script
-    inspect       ``inspect``: parameters, FLOPs, saved bytes per module, a memory estimate
-    launch        ``launch``: a torchsmith command on several processes or nodes, via torchrun
-    run           ``run``: train a workload under a plan
-    run_script    ``run --plan plan.json -- cmd``: the script to completion with the plan; is_command
-    tune          ``tune``: the main job
-    tune_script   ``tune -- cmd``: tune an unmodified script
-    worker        the entry point torchrun starts in each worker (``@record``)
+    bench          ``bench tips``: every optimisation alone, measured side by side
+    child_process  a child command in the foreground, SIGINT/SIGTERM forwarded, its exit code passed on
+    common         what every command shares: user errors, the shell exit code, ``--device``/``--json``
+    data           ``data pack|verify|tune``: packed memory-mapped datasets and loader tuning
+    debug          ``debug grads|nan|gradcheck|graph`` on the ``debug_app`` sub-Typer
+    desync         ``debug desync``: are the data-parallel replicas still bit-identical?
+    doctor         ``doctor``: why training is slow, for a workload or an unmodified script
+    inspect        ``inspect``: parameters, FLOPs, saved bytes per module, a memory estimate
+    launch         ``launch``: a torchsmith command on several processes or nodes, via torchrun
+    run            ``run``: train a workload under a plan
+    run_script     ``run --plan plan.json -- cmd``: the script to completion with the plan; is_command
+    tune           ``tune``: the main job
+    tune_script    ``tune -- cmd``: tune an unmodified script
+    verify         ``verify PLAN [WORKLOAD]``: is the plan still not slower? exit 1 if measurably slower (a CI gate)
+    verify_script  ``verify PLAN -- cmd``: the script form of the gate
+    worker         the entry point torchrun starts in each worker (``@record``)
 """
 
 from __future__ import annotations

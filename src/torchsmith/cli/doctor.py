@@ -38,8 +38,9 @@ def doctor_command(
     torchsmith doctor --steps 5 -- python train.py --lr 3e-4
     """
     from torchsmith.cli.run_script import is_command
+    from torchsmith.inject.env import python_command
     from torchsmith.profile.capture import CaptureConfig
-    from torchsmith.profile.doctor import DoctorError, doctor_script, doctor_workload, python_command
+    from torchsmith.profile.doctor import DoctorError, doctor_script, doctor_workload
     from torchsmith.profile.doctor import verify as verify_fixes
     from torchsmith.report.console import console, error_console
     from torchsmith.report.doctor import doctor_to_dict, render_doctor, write_doctor_html

@@ -30,11 +30,9 @@ def run_script_command(command: list[str], plan_path: Optional[Path]) -> int:
     """Run ``command`` with the plan injected; return its exit code (killed by signal N: 128 + N, as a shell)."""
     from torchsmith.cli.child_process import run_forwarding_signals
     from torchsmith.cli.common import user_errors
+    from torchsmith.inject import PLAN_ENV_KEY, python_command, script_env, unsupported_knobs
     from torchsmith.plan import Plan
-    from torchsmith.profile.doctor import python_command
     from torchsmith.report.console import error_console
-    from torchsmith.tuner.script_run import script_env
-    from torchsmith.tuner.script_space import unsupported_knobs
 
     with user_errors():
         plan = Plan.load(plan_path) if plan_path else Plan()
@@ -47,7 +45,7 @@ def run_script_command(command: list[str], plan_path: Optional[Path]) -> int:
         cmd = python_command(command)
         try:
             # SIGINT/SIGTERM to torchsmith reach the script too, and its exit code comes back.
-            code = run_forwarding_signals(cmd, env=script_env({"plan": plan.to_dict()}))
+            code = run_forwarding_signals(cmd, env=script_env(PLAN_ENV_KEY, {"plan": plan.to_dict()}))
         except FileNotFoundError:
             raise ValueError(f"cannot run `{cmd[0]}`: no such program on PATH.\n"
                              f"Tip: name the interpreter by path, e.g. -- {sys.executable} train.py") from None

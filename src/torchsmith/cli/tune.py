@@ -53,13 +53,6 @@ def tune_command(
     if is_command(args):
         from torchsmith.cli.tune_script import tune_script_command
 
-        if as_json:  # the script tuner's own JSON is wired by its rework (same shape: report.tune_json)
-            from torchsmith.report.console import error_console
-
-            error_console.print("[bold red]error:[/] tune --json for a command is not available yet.\n"
-                                "Tip: drop --json, or tune a workload: torchsmith tune WORKLOAD --json")
-            raise typer.Exit(2)
-
         return tune_script_command(
             args,
             budget=budget,
@@ -69,6 +62,7 @@ def tune_command(
             knobs=knobs,
             window=window,
             on_spread=on_spread,
+            as_json=as_json,
         )
     workload = args[0] if args else None
     from torchsmith.report.console import console, error_console

@@ -7,16 +7,23 @@ from typing import Literal, Optional, cast
 
 
 def tune_script_command(command: list[str], *, budget: str, memory_limit: Optional[str], out: Path,
-                        report: Optional[Path], knobs: Optional[str], window: int, on_spread: str) -> None:
+                        report: Optional[Path], knobs: Optional[str], window: int, on_spread: str,
+                        as_json: bool = False) -> None:
+    """Tune the command; ``as_json``: stdout holds one JSON object (report.tune_json), the rest goes to stderr."""
+    import json
+
+    import typer
+
     from torchsmith.cli.common import user_errors
-    from torchsmith.profile.doctor import python_command
-    from torchsmith.report.console import console
+    from torchsmith.inject import python_command
+    from torchsmith.report.console import console, error_console
     from torchsmith.report.tune import render_tune, tune_progress
     from torchsmith.report.tune_html import write_tune_report
+    from torchsmith.report.tune_json import tune_json
     from torchsmith.report.tune_script import render_script_tune
     from torchsmith.tuner.parse_budget import parse_bytes, parse_duration
     from torchsmith.tuner.script import ScriptTuneConfig, tune_script
-    from torchsmith.tuner.script_run import ScriptRunConfig
+    from torchsmith.tuner.script.run import ScriptRunConfig
 
     with user_errors():
         if on_spread not in ("guard", "refuse"):
@@ -27,10 +34,13 @@ def tune_script_command(command: list[str], *, budget: str, memory_limit: Option
                                on_spread=cast(Literal["guard", "refuse"], on_spread),  # checked above
                                knobs=tuple(knobs.split(",")) if knobs else None)
         cmd = python_command(command)
-        with tune_progress() as progress:
+        says = error_console if as_json else console  # --json: stdout holds the JSON object alone
+        with tune_progress(out=says) as progress:
             result = tune_script(cmd, cfg, on_progress=progress)
         result.plan.save(out)
         report_path = write_tune_report(result, report) if report and report != Path("") else None  # --report "": none
-    render_tune(result, console)
-    render_script_tune(result, out, console)
-    console.print(f"plan written to [bold]{out}[/]" + (f", report to [bold]{report_path}[/]" if report_path else ""))
+    render_tune(result, says)
+    render_script_tune(result, out, says)
+    says.print(f"plan written to [bold]{out}[/]" + (f", report to [bold]{report_path}[/]" if report_path else ""))
+    if as_json:
+        typer.echo(json.dumps(tune_json(result)))

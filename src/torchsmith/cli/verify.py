@@ -66,15 +66,7 @@ def verify_workload(plan_path: Path, workload: str | None, *, budget: str, as_js
 
 
 def verify_command_form(plan_path: Path, command: list[str], *, budget: str, as_json: bool) -> int:
-    """``verify PLAN -- command ...``: the script's A/B, alternating whole processes (A B B A ...).
+    """``verify PLAN -- command ...``: the script's A/B, alternating whole processes (A B B A ...)."""
+    from torchsmith.cli.verify_script import verify_script_command
 
-    Dispatches to ``torchsmith.tuner.script.verify_script`` once the script tuner provides it."""
-    from torchsmith.report.console import error_console
-
-    try:
-        from torchsmith.tuner.script import verify_script  # type: ignore[attr-defined]
-    except ImportError:
-        error_console.print("[bold red]error:[/] verify for a command (-- python train.py ...) is not available yet.\n"
-                            "Tip: verify a workload instead: torchsmith verify plan.json WORKLOAD")
-        return 2
-    return int(verify_script(plan_path, command, budget=budget, as_json=as_json))
+    return verify_script_command(plan_path, command, budget=budget, as_json=as_json)

@@ -28,6 +28,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from torchsmith.inject.env import DOCTOR_ENV_KEY, script_env
 from torchsmith.interpreter import other_interpreter_tip
 from torchsmith.plan import Plan
 from torchsmith.profile.analysis import TraceAnalysis, analyse_trace
@@ -266,24 +267,4 @@ def keep_trace(src: Path, dest: str | os.PathLike | None, cfg: CaptureConfig, st
 
 
 def _script_env(out_dir: str, cfg: CaptureConfig, base: dict[str, str] | None = None) -> dict[str, str]:
-    from torchsmith.profile.inject import ENV_KEY
-
-    env = dict(os.environ if base is None else base)
-    here = Path(__file__).resolve().parent
-    paths = [str(here / "_inject")]
-    package_root = here.parent.parent  # holds the `torchsmith` package
-    if package_root.name not in ("site-packages", "dist-packages"):
-        paths.append(str(package_root))  # a source checkout: let the script's Python import torchsmith
-    if env.get("PYTHONPATH"):
-        paths.append(env["PYTHONPATH"])
-    env["PYTHONPATH"] = os.pathsep.join(paths)
-    env[ENV_KEY] = json.dumps({"out_dir": out_dir, "config": asdict(cfg)})
-    env.setdefault("PYTHONUNBUFFERED", "1")  # the script's output interleaves with ours in order
-    return env
-
-
-def python_command(args: list[str]) -> list[str]:
-    """``python`` as the first word means this interpreter when no other python is on PATH."""
-    if args and args[0] in ("python", "python3") and shutil.which(args[0]) is None:
-        return [sys.executable, *args[1:]]
-    return args
+    return script_env(DOCTOR_ENV_KEY, {"out_dir": out_dir, "config": asdict(cfg)}, base)

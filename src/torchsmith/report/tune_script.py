@@ -14,14 +14,20 @@ from torchsmith.report.html import esc, table
 
 
 def render_script_tune(r, out_path: Path, out: Console = console) -> None:
-    """Terminal: the winner's knobs as applied, the code change and the side effects."""
+    """Terminal: the machine's noise, the claim's interval, the winner's knobs as applied, the code
+    change and the side effects."""
+    if r.noise is not None:
+        out.print(f"[dim]noise (A/A, script as written against itself): {r.noise.describe()}[/]")
+    if r.speedup_interval is not None:
+        out.print(f"proof against the script as written: [bold]{r.speedup_interval.describe()}[/] "
+                  f"(fresh processes in alternating pairs, {r.window}-step windows)")
     if r.spread is not None:
         out.print(
             f"[dim]baseline reproducibility: two as-written runs differ by up to {r.spread.max_rel_diff:.2e} "
             f"in loss over {r.spread.steps} steps; guard tolerance {r.guard.loss_rtol:.2%}[/]"
         )
     for knob, how in r.applied.items():
-        out.print(f"[dim]{knob}: {how}[/]")
+        out.print(f"[dim]{knob}: {how.describe()}[/]")
     files = sorted({f for fs in r.written_files.values() for f in fs})
     if files:
         out.print(
@@ -60,8 +66,9 @@ def script_sections(r) -> list[str]:
             else ""
         )
     )
+    outcomes = [(k, o.describe()) for k, o in r.applied.items()]
     applied = (
-        "<h2>How each knob was applied</h2>" + table(["knob", "applied"], list(r.applied.items())) if r.applied else ""
+        "<h2>How each knob was applied</h2>" + table(["knob", "applied"], outcomes) if r.applied else ""
     )
     rows = [(label, "<br>".join(esc(f) for f in files) or "none") for label, files in r.written_files.items()]
     written = (
@@ -74,7 +81,23 @@ def script_sections(r) -> list[str]:
         f"summed per optimizer step) over the first {r.guard.steps} steps, within {r.guard.loss_rtol:.2%}; "
         "no parameters come back from a script run, so the parameter check above does not apply.</p>"
     )
-    return ["<h2>Reproducibility of the baseline</h2>" + spread + guard, use, applied, written]
+    noise = _noise_section(r)
+    return [noise, "<h2>Reproducibility of the baseline</h2>" + spread + guard, use, applied, written]
+
+
+def _noise_section(r) -> str:
+    """How sure the claims are: the A/A calibration and the proof's interval."""
+    if r.noise is None:
+        return ""
+    proof = (f"<p>The plan against the script as written, in fresh process pairs: "
+             f"<b>{esc(r.speedup_interval.describe())}</b>.</p>" if r.speedup_interval is not None else
+             "<p>No plan cleared the margin against the script as written: it is returned as written.</p>")
+    return (
+        "<h2>Measurement noise</h2><p>Every ratio comes from pairs of fresh processes, one per plan, in "
+        f"alternating order (A B, B A, ...), each measuring {r.window} steps. The script as written was first "
+        f"measured against itself: {esc(r.noise.describe())}. A candidate is kept only when the low end of its "
+        "95% interval clears the margin; a close call gets more pairs, then is not distinguishable.</p>" + proof
+    )
 
 
 def _raw_table(rows: list[tuple[str, str]]) -> str:

@@ -15,12 +15,10 @@ Modules:
     pace          the time budget: what a measurement will cost, how many steps fit
     parse_budget  parse_duration / parse_bytes: ``--budget`` and ``--memory-limit``
     result        TuneResult / Candidate: every candidate measured, the winner and the proof
-    script        tune_script: the measured search on an unmodified script
-    script_code   the edit that adopts a tuned plan in the script itself
-    script_guard  the loss guard for script runs, and the baseline's reproducibility
-    script_run    run_script: one measured run of an unmodified script under a plan
-    script_space  the knobs a script can take from outside, as candidate plan changes
+    rounds        a candidate's evidence: every round it was measured in, pooled, one burst dropped
+    script        tune_script / verify_script: the measured search on an unmodified script (a subpackage)
     search        search: the greedy, measured search for the fastest plan that keeps the loss
+    verify        verify: an independent A/B of a plan against the workload as written
 """
 
 from __future__ import annotations

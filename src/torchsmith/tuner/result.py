@@ -37,7 +37,8 @@ class Candidate:
     change: str = ""
     """The knob value this candidate tried on top of the best plan so far, e.g. 'compile.enabled=True'."""
     interval: SpeedupInterval | None = None
-    """The 95% interval of ``speedup`` (pairs: interleaved steps beside the baseline, every round pooled)."""
+    """The 95% interval of ``speedup``. Workloads: pairs are interleaved steps beside the baseline, every
+    round pooled. Scripts: pairs are fresh processes, one per plan, in alternating order."""
 
     @property
     def label(self) -> str:

@@ -13,14 +13,11 @@ from typing import Any
 
 from torchsmith.engine.space import Dimension, search_space
 from torchsmith.measure.fingerprint import usable_cores
-from torchsmith.plan import Autocast, Backend, CheckpointBlocks, Compile, Plan
+from torchsmith.plan import Autocast, Backend, CheckpointBlocks, Compile
 from torchsmith.transforms.base import DeviceInfo
 
 SCRIPT_KNOBS = ("threads", "precision", "optimizer", "loader", "backend", "compile", "checkpointing")
 """In the order they are tried: cheap process-wide knobs first, compile (slow to start) last."""
-UNSUPPORTED_FIELDS = ("microbatching", "parallel", "nonfinite", "auto_microbatch", "saved_tensors",
-                      "memory_format", "inplace", "loss_impl")
-"""Plan fields the injection cannot apply to a script (they need the step built by torchsmith)."""
 
 
 def script_space(device: DeviceInfo, *, uses_loader: bool) -> list[Dimension]:
@@ -61,10 +58,3 @@ def _backend_values(device: DeviceInfo) -> list[Backend]:
     if device.type == "cuda":
         return [Backend(matmul_precision="high"), Backend(cudnn_benchmark=True)]
     return []  # on CPU, fp32 matmul precision only matters with oneDNN bf16 paths: left as written
-
-
-def unsupported_knobs(plan: Plan) -> list[str]:
-    """Fields of ``plan`` that differ from as written but cannot be applied to a script."""
-    base = Plan()
-    return [f for f in UNSUPPORTED_FIELDS if getattr(plan, f) != getattr(base, f)] + (
-        ["precision"] if not isinstance(plan.precision, (type(base.precision), Autocast)) else [])

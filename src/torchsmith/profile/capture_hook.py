@@ -1,6 +1,6 @@
 """The script side of ``torchsmith doctor -- python train.py``: hook this process at start-up.
 
-``sitecustomize`` (see ``_inject/``) calls :func:`install_from_env` in every Python process
+``sitecustomize`` (``torchsmith/inject/_site/``) calls :func:`install_from_env` in every Python process
 of the command. Each installs the capture hooks; the first process to finish an optimizer
 step claims the capture with an exclusive file, so DataLoader workers and helper scripts
 never profile. The window's trace and facts land in the directory the parent named.
@@ -13,13 +13,12 @@ import json
 import os
 from pathlib import Path
 
+from torchsmith.inject.env import DOCTOR_ENV_KEY
 from torchsmith.profile.capture import CaptureConfig, StepCapture
-
-ENV_KEY = "TORCHSMITH_DOCTOR"
 
 
 def install_from_env() -> StepCapture | None:
-    spec = os.environ.get(ENV_KEY)
+    spec = os.environ.get(DOCTOR_ENV_KEY)
     if not spec:
         return None
     spec = json.loads(spec)

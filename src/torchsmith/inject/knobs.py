@@ -1,8 +1,8 @@
-"""The knobs :mod:`torchsmith.profile.inject_plan` puts into an unmodified script.
+"""The knobs :mod:`torchsmith.inject.plan_injection` puts into an unmodified script.
 
-Each function records in ``applied`` (knob -> text) what it did, or why it left the knob as
-written, so the tuner can report it. Nothing here overrides a value the script chose: a
-constructor argument the script passed (other than PyTorch's own default) is kept.
+Each function records in ``applied`` (knob -> :class:`~torchsmith.inject.outcome.KnobOutcome` as
+JSON) what it did, or why it left the knob as written, so the tuner can report it. Nothing here
+overrides a value the script chose: a constructor argument the script passed (other than PyTorch's own default) is kept.
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from torchsmith.inject.outcome import OutcomeStatus, record
 from torchsmith.text import first_line
 from torchsmith.torch_compat import compiled_call
 
 
-def patch_optimizers(impl: str, applied: dict[str, str]) -> None:
+def patch_optimizers(impl: str, applied: dict[str, dict[str, str]]) -> None:
     """Make ``fused=True`` / ``foreach=True|False`` the constructor default of every torch.optim
     optimizer that takes it, where the script left both unset."""
     if impl == "as_written":
@@ -33,22 +34,23 @@ def patch_optimizers(impl: str, applied: dict[str, str]) -> None:
             cls.__init__ = _optimizer_init(cls, cls.__init__, impl, key, applied)  # type: ignore[method-assign]  # the injection's purpose
 
 
-def _optimizer_init(cls: type, orig: Any, impl: str, key: str, applied: dict[str, str]) -> Any:
+def _optimizer_init(cls: type, orig: Any, impl: str, key: str, applied: dict[str, dict[str, str]]) -> Any:
     sig = inspect.signature(orig)
 
     @functools.wraps(orig)
     def __init__(self: Any, params: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807 - replaces the class's __init__
         bound = sig.bind_partial(self, params, *args, **kwargs).arguments
         if type(self) is not cls or bound.get("fused") is not None or bound.get("foreach") is not None:
-            applied.setdefault("optimizer", f"as written: the script chose the {cls.__name__} implementation")
+            record(applied, "optimizer", "as_written", f"the script chose the {cls.__name__} implementation",
+                   keep=True)
             return orig(self, params, *args, **kwargs)
         params = list(params) if not isinstance(params, (list, tuple)) else params  # a generator is read once
         value = {"fused": True, "foreach": True, "for_loop": False}[impl]
         try:
             orig(self, params, *args, **{**kwargs, key: value})
-            applied["optimizer"] = f"applied: {cls.__name__}(..., {key}={value})"
+            record(applied, "optimizer", "applied", f"{cls.__name__}(..., {key}={value})")
         except (RuntimeError, ValueError) as err:  # e.g. fused on a device or dtype it does not support
-            applied["optimizer"] = f"not applied: {cls.__name__}({key}={value}) refused: {first_line(err)}"
+            record(applied, "optimizer", "refused", f"{cls.__name__}({key}={value}): {first_line(err)}")
             orig(self, params, *args, **kwargs)
 
     __init__._torchsmith_orig = orig  # type: ignore[attr-defined]
@@ -58,7 +60,7 @@ def _optimizer_init(cls: type, orig: Any, impl: str, key: str, applied: dict[str
 _LOADER_DEFAULTS = {"num_workers": 0, "pin_memory": False, "persistent_workers": False, "prefetch_factor": None}
 
 
-def patch_dataloader(cfg: Any, applied: dict[str, str], seen: list[dict[str, Any]]) -> None:
+def patch_dataloader(cfg: Any, applied: dict[str, dict[str, str]], seen: list[dict[str, Any]]) -> None:
     """Fill in the loader knobs the script left at PyTorch's default.
 
     A value equal to the default counts as left: the HF Trainer and Lightning pass
@@ -87,41 +89,43 @@ def patch_dataloader(cfg: Any, applied: dict[str, str], seen: list[dict[str, Any
         seen.append({"num_workers": self.num_workers, "pin_memory": bool(self.pin_memory),
                      "persistent_workers": bool(self.persistent_workers), "prefetch_factor": self.prefetch_factor})
         if wanted and set_here:
-            applied["loader"] = "applied: " + ", ".join(f"{k}={v}" for k, v in set_here.items())
+            record(applied, "loader", "applied", ", ".join(f"{k}={v}" for k, v in set_here.items()))
         elif wanted:  # e.g. accelerate re-creating the loader from the first one's values keeps "applied"
-            applied.setdefault("loader", "as written: the script set every loader argument")
+            record(applied, "loader", "as_written", "the script set every loader argument", keep=True)
 
     DataLoader.__init__ = __init__  # type: ignore[method-assign]  # also with no loader knob: the report lists the loaders seen
 
 
-def apply_model_knobs(model: nn.Module, plan: Any, applied: dict[str, str]) -> None:
+def apply_model_knobs(model: nn.Module, plan: Any, applied: dict[str, dict[str, str]]) -> None:
     """Checkpointing, autocast and compile on the trained model, in that order (compile traces
     the checkpointed, autocast forward as one)."""
     from torchsmith.plan import FP32, Autocast, NoCheckpointing
 
     if not isinstance(plan.checkpointing, NoCheckpointing):
-        applied["checkpointing"] = _checkpoint_blocks(model, plan.checkpointing)
+        record(applied, "checkpointing", *_checkpoint_blocks(model, plan.checkpointing))
     if isinstance(plan.precision, Autocast):
-        applied.setdefault("precision", _autocast_forward(model, plan.precision.dtype))
+        # The wrapper goes on either way (it does nothing inside the script's own autocast); what
+        # the first step saw of the script's autocast is what the outcome reports.
+        record(applied, "precision", *_autocast_forward(model, plan.precision.dtype), keep=True)
     elif not isinstance(plan.precision, FP32):
-        applied["precision"] = f"not applied: {plan.precision.kind} needs the model built by torchsmith"
+        record(applied, "precision", "not_applied", f"{plan.precision.kind} needs the model built by torchsmith")
     if plan.compile.enabled:
-        applied["compile"] = _compile(model, plan.compile)
+        record(applied, "compile", *_compile(model, plan.compile))
 
 
-def _autocast_forward(model: nn.Module, dtype_name: str) -> str:
+def _autocast_forward(model: nn.Module, dtype_name: str) -> tuple[OutcomeStatus, str]:
     dtype = getattr(torch, dtype_name)
     param = next(model.parameters())
     device = param.device.type
     if dtype == torch.float16:
-        return "not applied: fp16 needs a GradScaler around the script's backward; use bfloat16"
+        return "not_applied", "fp16 needs a GradScaler around the script's backward; use bfloat16"
     forward = model.forward
     wrap = _autocast_wrapper(forward, device, dtype, param.dtype)
     model.forward = wrap
     if hasattr(model, "training_step") and callable(model.training_step):
         # Lightning: training_step may call submodules directly rather than self(...).
         model.training_step = _autocast_wrapper(model.training_step, device, dtype, param.dtype)
-    return f"applied: torch.autocast({device!r}, dtype=torch.{dtype_name}) around {type(model).__name__}.forward"
+    return "applied", f"torch.autocast({device!r}, dtype=torch.{dtype_name}) around {type(model).__name__}.forward"
 
 
 def _autocast_wrapper(fn: Any, device: str, dtype: torch.dtype, out_dtype: torch.dtype) -> Any:
@@ -153,14 +157,14 @@ def _upcast(out: Any, dtype: torch.dtype) -> Any:
     return out
 
 
-def _compile(model: nn.Module, cfg: Any) -> str:
+def _compile(model: nn.Module, cfg: Any) -> tuple[OutcomeStatus, str]:
     if compiled_call(model) is not None or type(model).__name__ == "OptimizedModule":
-        return "as written: the model is compiled already"
+        return "as_written", "the model is compiled already"
     model.compile(mode=None if cfg.mode == "default" else cfg.mode)
-    return f"applied: {type(model).__name__}.compile()"
+    return "applied", f"{type(model).__name__}.compile()"
 
 
-def _checkpoint_blocks(model: nn.Module, cfg: Any) -> str:
+def _checkpoint_blocks(model: nn.Module, cfg: Any) -> tuple[OutcomeStatus, str]:
     """Checkpoint the blocks ``torchsmith.structure`` discovers (``transformer.h``, ``model.layers``, ...)."""
     from torchsmith.structure import StructureError
     from torchsmith.transforms.activation_checkpoint import apply_checkpointing
@@ -169,5 +173,5 @@ def _checkpoint_blocks(model: nn.Module, cfg: Any) -> str:
     try:
         change = apply_checkpointing(model, cfg)
     except (TransformError, StructureError) as err:
-        return f"not applied: {first_line(err)}"
-    return f"applied: {change.summary} ({', '.join(change.targets)})"
+        return "not_applied", first_line(err)
+    return "applied", f"{change.summary} ({', '.join(change.targets)})"

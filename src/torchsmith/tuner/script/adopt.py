@@ -11,15 +11,16 @@ import os
 import re
 from typing import Any
 
+from torchsmith.inject.outcome import KnobOutcome
 from torchsmith.plan import FP32, Autocast, Compile, NoCheckpointing, Plan
 
 
-def adoption_lines(plan: Plan, applied: dict[str, str], facts: dict[str, Any]) -> list[str]:
+def adoption_lines(plan: Plan, applied: dict[str, KnobOutcome], facts: dict[str, Any]) -> list[str]:
     """One snippet per knob of ``plan`` that the injection applied (knobs found "as written" need no edit)."""
     out = []
 
     def done(knob: str) -> bool:
-        return applied.get(knob, "applied").startswith("applied")
+        return knob not in applied or applied[knob].applied
 
     model = facts.get("model") or "model"
     var = "model"
@@ -38,8 +39,8 @@ def adoption_lines(plan: Plan, applied: dict[str, str], facts: dict[str, Any]) -
         out.append(f"optimizer = torch.optim.{name}(..., {arg})")
     loader = {k: v for k, v in vars(plan.loader).items() if v is not None and k != "batch_fetch"}
     if loader and done("loader"):
-        m = re.match(r"applied: (.*)", applied.get("loader", ""))
-        args = m.group(1) if m else ", ".join(f"{k}={v}" for k, v in loader.items())
+        said = applied.get("loader")
+        args = said.detail if said else ", ".join(f"{k}={v}" for k, v in loader.items())
         out.append(f"DataLoader(..., {args})")
     if isinstance(plan.precision, Autocast) and done("precision"):
         out.append(

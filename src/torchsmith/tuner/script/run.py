@@ -1,7 +1,7 @@
 """One measured run of an unmodified script under a plan (the unit ``tune -- python train.py`` repeats).
 
 The script runs in a fresh process with the plan injected (see
-:mod:`torchsmith.profile.inject_plan`); it ends itself after ``warmup + window`` optimizer steps and
+:mod:`torchsmith.inject.plan_injection`); it ends itself after ``warmup + window`` optimizer steps and
 leaves ``result.json``: step end times, the loss of every step, the knobs it applied and the files
 it opened for writing. A run that crashes, ends early or outlives its time limit comes back with
 ``error`` set, never as an exception, so the search goes on.
@@ -10,6 +10,7 @@ it opened for writing. A run that crashes, ends early or outlives its time limit
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import statistics
@@ -18,16 +19,12 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from torchsmith.inject.env import PLAN_ENV_KEY, script_env
+from torchsmith.inject.outcome import KnobOutcome
 from torchsmith.plan import Plan
 from torchsmith.text import first_line
 
-ENV_KEY = "TORCHSMITH_PLAN"
-"""Read by profile/_inject/sitecustomize.py in the script's process (profile.inject_plan.ENV_KEY)."""
-INJECT_DIR = Path(__file__).resolve().parent.parent / "profile" / "_inject"
-"""Put first on the script's PYTHONPATH: its sitecustomize installs the plan (a path, not an import:
-profile is a sibling layer)."""
 EXIT_GRACE_SECONDS = 20.0
 """After result.json is written, how long the script may take to exit (DataLoader workers, its own
 `finally` blocks) before it is stopped; the measurement is kept either way."""
@@ -46,6 +43,9 @@ class ScriptRunConfig:
     """Seed for torch, numpy and random at process start, the same for every run."""
     timeout_s: float = 600.0
     """A run still going after this many seconds is stopped and reported as hung."""
+    short_ok: bool = False
+    """Accept a run that ended on its own (exit code 0) before the window, with at least two
+    measured steps: the script has no more steps, and its window is all of them."""
 
 
 @dataclass
@@ -57,12 +57,17 @@ class ScriptRun:
     steps_per_second: float | None = None
     """Window steps / the window's span, measured inside the process (not process wall time)."""
     losses: list[float] = field(default_factory=list)
-    applied: dict[str, str] = field(default_factory=dict)
+    applied: dict[str, KnobOutcome] = field(default_factory=dict)
+    """knob -> what the injection did with it, as the script's process reported it."""
     written_files: list[str] = field(default_factory=list)
     peak_memory_bytes: int | None = None
     wall_seconds: float = 0.0
     exit_code: int | None = None
     error: str | None = None
+    steps: int = 0
+    """Optimizer steps the run made (``warmup + window``, or fewer when the script ended first)."""
+    step_times: list[float] = field(default_factory=list)
+    """Seconds of each measured step, in order: the distribution ``step_seconds`` is the median of."""
     facts: dict = field(default_factory=dict)
 
     @property
@@ -81,7 +86,7 @@ def run_script(command: list[str], plan: Plan, cfg: ScriptRunConfig = ScriptRunC
         start = time.perf_counter()
         with open(log_path, "wb") as log:
             try:
-                proc = subprocess.Popen(command, env=script_env(spec, env, tuning=True), stdout=log,
+                proc = subprocess.Popen(command, env=script_env(PLAN_ENV_KEY, spec, env, tuning=True), stdout=log,
                                         stderr=subprocess.STDOUT, start_new_session=True)
             except FileNotFoundError:
                 run.error = f"cannot run `{command[0]}`: no such program on PATH"
@@ -95,7 +100,7 @@ def run_script(command: list[str], plan: Plan, cfg: ScriptRunConfig = ScriptRunC
         output = log_path.read_text(errors="replace")
     steps = run.facts.get("steps", 0)
     needed = cfg.warmup + cfg.window
-    if run.facts.get("window_done"):
+    if run.facts.get("window_done") or (cfg.short_ok and not hung and not run.exit_code and run.step_seconds):
         return run
     if hung:
         run.error = (f"hung: still running after its time limit of {cfg.timeout_s:.0f} s, before the end of "
@@ -143,14 +148,16 @@ def _stop(proc: subprocess.Popen) -> None:
 def _read_facts(run: ScriptRun, cfg: ScriptRunConfig) -> None:
     f = run.facts
     run.losses = f.get("losses", [])
-    run.applied = f.get("applied", {})
+    run.applied = {k: KnobOutcome.from_json(v) for k, v in f.get("applied", {}).items()}
     # Files gone when the run ended were its temporary files (tempfile's probes, cache writes
     # renamed into place): not side effects a user needs to know about.
     run.written_files = [p for p in f.get("written_files", []) if os.path.exists(p)]
     run.peak_memory_bytes = f.get("peak_memory_bytes")
+    run.steps = f.get("steps", 0)
     ends = f.get("step_ends", [])[cfg.warmup - 1:] if cfg.warmup >= 1 else f.get("step_ends", [])
     if len(ends) >= 2:
         durations = [b - a for a, b in zip(ends, ends[1:], strict=False)]
+        run.step_times = durations
         run.step_seconds = statistics.median(durations)
         run.steps_per_second = (len(ends) - 1) / (ends[-1] - ends[0])
 
@@ -163,20 +170,16 @@ def _last_error(output: str) -> str:
     return first_line(lines[-1].strip()) if lines else "no output"
 
 
-def script_env(spec: dict[str, Any], base: dict[str, str] | None = None, *, tuning: bool = False) -> dict[str, str]:
-    """The environment that runs a script with ``spec`` injected: our sitecustomize first on
-    PYTHONPATH (and this source tree, when torchsmith is not installed), the spec in ``TORCHSMITH_PLAN``,
-    and ``TORCHSMITH_TUNE=1`` while tuning, so a script can skip its own saving."""
-    env = dict(os.environ if base is None else base)
-    paths = [str(INJECT_DIR)]
-    package_root = INJECT_DIR.parent.parent.parent  # holds the `torchsmith` package
-    if package_root.name not in ("site-packages", "dist-packages"):
-        paths.append(str(package_root))
-    if env.get("PYTHONPATH"):
-        paths.append(env["PYTHONPATH"])
-    env["PYTHONPATH"] = os.pathsep.join(paths)
-    env[ENV_KEY] = json.dumps(spec)
-    if tuning:
-        env["TORCHSMITH_TUNE"] = "1"
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    return env
+def window_for(probe: ScriptRun, cfg: ScriptRunConfig, *, min_seconds: float, max_window: int) -> int:
+    """Measured steps per run: enough for ``min_seconds`` of steps at the ``probe`` run's step time
+    (never fewer than ``cfg.window``, at most ``max_window``), and no more than the script has.
+
+    Example::
+
+        window_for(probe, ScriptRunConfig(window=10), min_seconds=2.0, max_window=2000)  # 0.01 s steps: 200
+    """
+    step = probe.step_seconds or min_seconds
+    window = max(cfg.window, min(max_window, math.ceil(min_seconds / step)))
+    if probe.ok and probe.steps < cfg.warmup + cfg.window:  # the script ended before the probe's window
+        window = max(1, probe.steps - cfg.warmup)
+    return window

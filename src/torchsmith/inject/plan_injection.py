@@ -1,4 +1,4 @@
-"""The script side of ``torchsmith tune -- python train.py`` and ``run --plan plan.json -- ...``:
+"""The script side of ``torchsmith tune -- python train.py``, ``verify`` and ``run --plan plan.json -- ...``:
 apply a plan's knobs to an unmodified script, and (when tuning) measure a window of its steps.
 
 ``sitecustomize`` calls :func:`install_from_env` when ``TORCHSMITH_PLAN`` holds a spec (JSON,
@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ENV_KEY = "TORCHSMITH_PLAN"
+from torchsmith.inject.env import PLAN_ENV_KEY
+from torchsmith.inject.outcome import record
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,8 +55,10 @@ class ScriptFacts:
     step_ends: list[float] = field(default_factory=list)
     """perf_counter() at the end of each optimizer step (after a CUDA sync when CUDA is in use)."""
     losses: list[float] = field(default_factory=list)
-    applied: dict[str, str] = field(default_factory=dict)
-    """knob -> what was done: "applied ...", "as written: ..." or "not applied: why"."""
+    applied: dict[str, dict[str, str]] = field(default_factory=dict)
+    """knob -> :class:`~torchsmith.inject.outcome.KnobOutcome` as JSON: its status and detail."""
+    rank: int | None = None
+    """``RANK`` of the measured process under torchrun (always 0: only rank 0 claims), else None."""
     model: str = ""
     device: str = "cpu"
     optimizer: dict[str, Any] = field(default_factory=dict)
@@ -94,7 +97,7 @@ class PlanInjection:
             sys.addaudithook(self._audit)  # first, so files opened during start-up are listed too
             self._seed(self.spec.seed)
         self._process_knobs(torch)
-        from torchsmith.profile import _inject_knobs as knobs
+        from torchsmith.inject import knobs
 
         knobs.patch_optimizers(self.plan.optimizer.impl, self.facts.applied)
         knobs.patch_dataloader(self.plan.loader, self.facts.applied, self.facts.loaders)
@@ -131,15 +134,15 @@ class PlanInjection:
         p, a = self.plan, self.facts.applied
         if p.threads.intra_op is not None:
             torch.set_num_threads(p.threads.intra_op)
-            a["threads"] = f"applied: torch.set_num_threads({p.threads.intra_op})"
+            record(a, "threads", "applied", f"torch.set_num_threads({p.threads.intra_op})")
         if p.threads.inter_op is not None:
             torch.set_num_interop_threads(p.threads.inter_op)
         if p.backend.matmul_precision is not None:
             torch.set_float32_matmul_precision(p.backend.matmul_precision)
-            a["matmul_precision"] = f"applied: {p.backend.matmul_precision}"
+            record(a, "matmul_precision", "applied", str(p.backend.matmul_precision))
         if p.backend.cudnn_benchmark is not None:
             torch.backends.cudnn.benchmark = p.backend.cudnn_benchmark
-            a["cudnn_benchmark"] = f"applied: {p.backend.cudnn_benchmark}"
+            record(a, "cudnn_benchmark", "applied", str(p.backend.cudnn_benchmark))
 
     def _needs_model(self) -> bool:
         from torchsmith.plan import FP32, NoCheckpointing
@@ -162,9 +165,8 @@ class PlanInjection:
                 self._called.append(weakref.ref(module))
             device = next((p.device.type for p in module.parameters()), "cpu")
             if torch.is_autocast_enabled(device):
-                self.facts.applied.setdefault(
-                    "precision", "as written: the script (or its framework) runs the forward under autocast already"
-                )
+                record(self.facts.applied, "precision", "as_written",
+                       "the script (or its framework) runs the forward under autocast already", keep=True)
 
     def _forward_post(self, module: Any, args: Any, output: Any) -> None:
         import torch
@@ -199,18 +201,17 @@ class PlanInjection:
         model = self._trained_model(optimizer)
         self.facts.optimizer = _optimizer_facts(optimizer)
         if self.plan.optimizer.impl != "as_written" and "optimizer" not in self.facts.applied:
-            self.facts.applied["optimizer"] = (f"not applied: {type(optimizer).__name__} is not a torch.optim "
-                                               "optimizer that takes foreach= or fused=")
+            record(self.facts.applied, "optimizer", "not_applied",
+                   f"{type(optimizer).__name__} is not a torch.optim optimizer that takes foreach= or fused=")
         if model is None:
             if self._needs_model():
-                self.facts.applied["model"] = (
-                    "not applied: no module whose parameters this optimizer holds was "
-                    "called in training mode during its first step"
-                )
+                record(self.facts.applied, "model", "not_applied",
+                       "no module whose parameters this optimizer holds was called in training mode during "
+                       "its first step")
             return
         self.facts.model = type(model).__name__
         self.facts.device = str(next(model.parameters()).device)
-        from torchsmith.profile import _inject_knobs as knobs
+        from torchsmith.inject import knobs
 
         knobs.apply_model_knobs(model, self.plan, self.facts.applied)
 
@@ -291,12 +292,17 @@ class PlanInjection:
         return Path(self.spec.out_dir)
 
     def _claim(self) -> bool:
+        if self._claimed is None and os.environ.get("RANK", "0") != "0":
+            # Under torchrun the measured process is rank 0 in every run, never whichever rank steps
+            # first: the loss guard compares the per-step losses of the same rank.
+            self._claimed = False
         if self._claimed is None:
             try:
                 fd = os.open(self._out_dir() / "claim", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
                 os.write(fd, str(os.getpid()).encode())
                 os.close(fd)
                 self._claimed = True
+                self.facts.rank = int(os.environ["RANK"]) if "RANK" in os.environ else None
             except FileExistsError:
                 self._claimed = False
         return self._claimed
@@ -330,7 +336,7 @@ def _optimizer_facts(optimizer: Any) -> dict[str, Any]:
 
 
 def install_from_env() -> PlanInjection | None:
-    raw = os.environ.get(ENV_KEY)
+    raw = os.environ.get(PLAN_ENV_KEY)
     if not raw:
         return None
     data = json.loads(raw)

@@ -1,0 +1,50 @@
+"""False wins: a script no knob can change, tuned again and again, must come back "as written".
+
+The script's step is a 25 ms sleep around a tiny model (``benchmarks/scripts/sleep_step.py``):
+threads, the optimizer implementation and compile act on about 1% of it. Any plan a tune returns
+here is noise read as a gain. Target: at least 19 of 20 tunes return the script as written.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/false_wins.py [--repeats 20] [--budget 90s] [--knobs threads,optimizer]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parent / "scripts" / "sleep_step.py"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=20, help="tunes to run")
+    ap.add_argument("--budget", default="90s", help="each tune's budget")
+    ap.add_argument("--knobs", default=None, help="comma-separated knobs to search (default: all)")
+    ap.add_argument("--sleep", type=float, default=0.025, help="seconds of sleep in each step")
+    args = ap.parse_args()
+
+    from torchsmith.plan import Plan
+    from torchsmith.tuner.parse_budget import parse_duration
+    from torchsmith.tuner.script import ScriptTuneConfig, tune_script
+
+    cmd = [sys.executable, str(SCRIPT), "--steps", "100000", "--sleep", str(args.sleep)]  # runs end after their window
+    cfg = ScriptTuneConfig(budget_seconds=parse_duration(args.budget),
+                           knobs=tuple(args.knobs.split(",")) if args.knobs else None)
+    as_written = 0
+    for i in range(args.repeats):
+        r = tune_script(cmd, cfg)
+        as_written += r.plan == Plan()
+        claim = r.speedup_interval.describe() if r.speedup_interval else "as written"
+        tried = ", ".join(f"{c.change} {c.status}" for c in r.candidates) or "none"
+        tried += "".join(f"; not tried: {knob} ({why})" for knob, why in r.skipped)
+        noise = r.noise.describe() if r.noise else "no calibration"
+        print(f"tune {i + 1:>2}: {claim:<45} in {r.elapsed_seconds:4.0f} s; {noise}; tried: {tried}", flush=True)
+    need = math.ceil(0.95 * args.repeats)
+    print(f"as written: {as_written} of {args.repeats} tunes (target >= {need})")
+    return 0 if as_written >= need else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""``torchsmith verify PLAN -- python train.py ...``: the script's A/B gate (see torchsmith.tuner.script.verify)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+SLOWER_EXIT = 1
+"""Exit code when the plan is measurably slower (its whole interval below 1.0); errors exit 2."""
+
+
+def verify_script_command(plan_path: Path, command: list[str], *, budget: str, as_json: bool) -> int:
+    """Measure the plan against the command as written in fresh process pairs; 0 not slower, 1 slower."""
+    import typer
+
+    from torchsmith.cli.common import user_errors
+    from torchsmith.inject import python_command
+    from torchsmith.plan import Plan
+    from torchsmith.report.console import console, error_console
+    from torchsmith.report.verify_script import render_script_verify
+    from torchsmith.tuner.parse_budget import parse_duration
+    from torchsmith.tuner.script.verify import ScriptVerifyConfig, verify_script
+
+    with user_errors():
+        plan = Plan.load(plan_path)
+        budget_s = parse_duration(budget)
+        if budget_s <= 0:
+            raise ValueError(f"the time budget must be positive, got {budget!r}.\nTip: pass --budget 2m.")
+        result = verify_script(plan, python_command(command), ScriptVerifyConfig(budget_seconds=budget_s))
+    render_script_verify(result, error_console if as_json else console)
+    if as_json:
+        typer.echo(json.dumps(result.to_json()))
+    return SLOWER_EXIT if result.slower else 0
