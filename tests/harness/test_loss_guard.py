@@ -6,7 +6,7 @@ import pytest
 
 from torchsmith.harness.loss_guard import compare_losses
 from torchsmith.tuner.guard import GuardConfig
-from torchsmith.tuner.script_guard import baseline_spread, script_guard_rejection
+from torchsmith.tuner.script.guard import baseline_spread, script_guard_rejection
 
 NAN, INF = math.nan, math.inf
 
