@@ -11,7 +11,7 @@ import pytest
 
 from torchsmith.plan import OptimizerImpl, Plan
 
-SCRIPT = Path(__file__).parent / "scripts" / "plain_loop.py"
+SCRIPT = Path(__file__).parents[1] / "scripts" / "plain_loop.py"
 SRC = Path(__file__).parent.parent.parent / "src"
 
 

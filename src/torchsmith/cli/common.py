@@ -25,7 +25,9 @@ USER_ERRORS: tuple[type[Exception], ...] = (PlanError, WorkloadError, TransformE
 DeviceOption = Annotated[str, typer.Option("--device", help="Where a workload runs: cpu, cuda, cuda:1 or auto.")]
 """``device: DeviceOption = "auto"``: the one declaration of ``--device``."""
 
-JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JSON instead of tables.")]
+JsonOption = Annotated[bool, typer.Option(
+    "--json", help="Print the result as one JSON object on stdout (progress and tables go to stderr)."
+)]
 """``as_json: JsonOption = False``: the one declaration of ``--json``."""
 
 WORKLOAD_HELP = ("Built-in name (gpt-mini, cnn-mini, mlp; hf-gpt2, hf-llama, hf-vit, hf-resnet with torchsmith\\[hf]), "

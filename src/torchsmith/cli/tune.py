@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from torchsmith.cli import app
-from torchsmith.cli.common import WORKLOAD_HELP, DeviceOption, user_errors
+from torchsmith.cli.common import WORKLOAD_HELP, DeviceOption, JsonOption, user_errors
 
 
 @app.command("tune")
@@ -36,10 +36,7 @@ def tune_command(
         help="Scripts: if two as-written runs differ in loss, "
         "'guard' (widen the guard by that spread, saying so) or 'refuse'.",
     ),
-    as_json: bool = typer.Option(
-        False, "--json", help="Print one JSON object on stdout: plan, speedup interval, candidates, noise "
-        "(progress and tables go to stderr)."
-    ),
+    as_json: JsonOption = False,
 ) -> None:
     """Find the fastest plan for WORKLOAD that keeps the loss unchanged, prove it, write plan.json.
 

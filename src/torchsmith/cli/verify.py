@@ -14,7 +14,7 @@ from typing import Optional
 import typer
 
 from torchsmith.cli import app
-from torchsmith.cli.common import WORKLOAD_HELP, user_errors
+from torchsmith.cli.common import WORKLOAD_HELP, DeviceOption, JsonOption, user_errors
 
 SLOWER_EXIT = 1
 
@@ -26,8 +26,8 @@ def verify_command(
         None, help=WORKLOAD_HELP + " Default: gpt-mini. Or, after --, a command: -- python train.py --its --args"
     ),
     budget: str = typer.Option("1m", "--budget", help="Wall-clock budget for the A/B, e.g. 30s, 2m."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object on stdout (messages go to stderr)."),
-    device: str = typer.Option("auto", "--device", help="cpu, cuda or auto."),
+    as_json: JsonOption = False,
+    device: DeviceOption = "auto",
 ) -> None:
     """Measure PLAN against the workload as written, interleaved, and state the 95% interval.
 
