@@ -14,7 +14,7 @@ import signal
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.nn.parallel import DistributedDataParallel
 
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=20)
@@ -24,7 +24,7 @@ args = p.parse_args()
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 torch.manual_seed(0)
-model = DDP(nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 4)))
+model = DistributedDataParallel(nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 4)))
 opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
 g = torch.Generator().manual_seed(rank)  # each rank its own shard of the data
 x, y = torch.randn(512, 64, generator=g), torch.randint(0, 4, (512,), generator=g)
