@@ -9,18 +9,20 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from torchsmith.distributed.checkpoint import DistCheckpointError
-from torchsmith.engine.auto_microbatch import OOMError
-from torchsmith.engine.checkpoint import CheckpointError
-from torchsmith.engine.nonfinite import NonFiniteError
-from torchsmith.plan import PlanError
 from torchsmith.report.console import error_console
-from torchsmith.transforms.base import TransformError
-from torchsmith.workload import WorkloadError
 
-USER_ERRORS: tuple[type[Exception], ...] = (PlanError, WorkloadError, TransformError, CheckpointError, ValueError,
-                                            NonFiniteError, OOMError, DistCheckpointError)
-"""Errors whose message is the diagnosis: shown without a traceback."""
+
+def user_error_types() -> tuple[type[Exception], ...]:
+    """Errors whose message is the diagnosis: shown without a traceback. Imported when an error is
+    raised, not at start: they pull in torch (and torch.distributed.checkpoint), and
+    ``torchsmith --help`` should not wait seconds for that."""
+    from torchsmith.distributed.checkpoint import DistCheckpointError
+    from torchsmith.engine.auto_microbatch import OOMError
+    from torchsmith.engine.checkpoint import CheckpointError
+    from torchsmith.engine.nonfinite import NonFiniteError
+
+    # PlanError, WorkloadError and TransformError are ValueErrors.
+    return (ValueError, CheckpointError, NonFiniteError, OOMError, DistCheckpointError)
 
 DeviceOption = Annotated[str, typer.Option("--device", help="Where a workload runs: cpu, cuda, cuda:1 or auto.")]
 """``device: DeviceOption = "auto"``: the one declaration of ``--device``."""
@@ -39,7 +41,9 @@ def user_errors():
     """Show a library error's message (which names the fix) and exit 2, instead of a traceback."""
     try:
         yield
-    except USER_ERRORS as err:
+    except Exception as err:
+        if not isinstance(err, user_error_types()):
+            raise
         error_console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False)
         raise typer.Exit(2) from None
 

@@ -9,8 +9,6 @@ from contextlib import contextmanager, nullcontext
 
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
 
 from torchsmith.plan import FSDP2
 from torchsmith.structure import discover
@@ -28,6 +26,11 @@ def apply_fsdp2(parts: StepParts, cfg: FSDP2) -> Change:
 
     >>> change = apply_fsdp2(parts, FSDP2())   # doctest: +SKIP
     """
+    # Imported here: torch.distributed.fsdp pulls in DTensor (most of a second), which a
+    # one-process run never needs.
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
     model, optimizer = parts.model, parts.optimizer
     if optimizer.state:
         raise TransformError(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import inspect
 
 import torch
-from torch.distributed.optim import ZeroRedundancyOptimizer
 
 from torchsmith.distributed.ddp import apply_ddp
 from torchsmith.plan import DDP, Zero1
@@ -26,6 +25,8 @@ def apply_zero1(parts: StepParts, cfg: Zero1) -> Change:
 
     >>> change = apply_zero1(parts, Zero1())   # doctest: +SKIP
     """
+    from torch.distributed.optim import ZeroRedundancyOptimizer  # here: a one-process run never needs it
+
     old = parts.optimizer
     if old.state:
         raise TransformError(
@@ -61,6 +62,8 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
     >>> opt = torch.optim.Adam(torch.nn.Linear(4, 4).parameters()); optimizer_state_bytes(opt)
     0
     """
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
     local = optimizer.optim if isinstance(optimizer, ZeroRedundancyOptimizer) else optimizer
     total = 0
     for state in local.state.values():

@@ -10,11 +10,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from torchsmith.engine.dist_session import DistSession
+from torchsmith.distributed.runtime import under_torchrun
 from torchsmith.engine.evaluate import evaluate
 from torchsmith.engine.identity import RunIdentity, inherited_run_id, plan_fingerprint, workload_fingerprint
 from torchsmith.engine.outcome import RunFailedError, check_outcome  # noqa: F401  (RunFailedError re-exported)
@@ -27,6 +27,9 @@ from torchsmith.seeding import rng_state, seed_everything, set_rng_state
 from torchsmith.text import first_line
 from torchsmith.transforms.loader import apply_loader
 from torchsmith.workload import Workload
+
+if TYPE_CHECKING:
+    from torchsmith.engine.dist_session import DistSession
 
 log = logging.getLogger(__name__)
 
@@ -175,9 +178,14 @@ def run(workload: Workload, plan: Plan | None = None, *, callbacks: RunCallbacks
     cfg = dataclasses.replace(config, **options) if config is not None else RunConfig(**options)
     user_plan = plan or Plan()
     device = resolve_device(cfg.device)
-    # Under torchrun: join the group, DDP by default, batch slices, DCP checkpoints (engine/dist_session.py).
-    distributed = DistSession.from_env(device, cfg.checkpoint_dir, keep_last_k=cfg.keep_last_k,
-                                       async_save=cfg.async_checkpoint)
+    # Under torchrun: join the group, DDP by default, batch slices, DCP checkpoints (engine/dist_session.py,
+    # imported only there: torch.distributed.checkpoint alone takes a second to import).
+    distributed = None
+    if under_torchrun():
+        from torchsmith.engine.dist_session import DistSession
+
+        distributed = DistSession.from_env(device, cfg.checkpoint_dir, keep_last_k=cfg.keep_last_k,
+                                           async_save=cfg.async_checkpoint)
     plan = distributed.plan(user_plan) if distributed else user_plan
     device = distributed.ctx.device if distributed else device
     run_id = distributed.agreed(inherited_run_id()) if distributed else inherited_run_id()
