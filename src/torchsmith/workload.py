@@ -97,6 +97,9 @@ class Workload:
     (checkpointing, regional compile, FSDP2 units) when discovery is ambiguous; None = discovered."""
     head: str | None = None
     """Dotted path of the output head (``"lm_head"``) for the chunked loss; None = discovered."""
+    spec: str | None = None
+    """The spec :func:`load_workload` resolved it from (``"mlp"``, ``"train.py:workload"``): a fresh
+    process rebuilds the workload from it (``harness.fresh_round``). None: built in Python."""
 
     def __post_init__(self) -> None:
         if self.blocks is not None or self.head is not None:
@@ -195,6 +198,8 @@ def load_workload(spec: str | Workload | None = None) -> Workload:
         )
     if workload.name == "workload":
         workload.name = spec
+    if workload.spec is None:
+        workload.spec = spec
     return workload
 
 

@@ -14,6 +14,7 @@ Modules:
     mfu           MFU of the as-written and the tuned plan, each against its own dtype's peak
     pace          the time budget: what a measurement will cost, how many steps fit
     parse_budget  parse_duration / parse_bytes: ``--budget`` and ``--memory-limit``
+    proof_rounds  where a claim's rounds run: fresh processes, so the interval holds in another one
     result        TuneResult / Candidate: every candidate measured, the winner and the proof
     rounds        a candidate's evidence: every round it was measured in, pooled, one burst dropped
     script        tune_script / verify_script: the measured search on an unmodified script (a subpackage)

@@ -24,6 +24,8 @@ MIN_WINDOW_SECONDS = 1.0
 a pipeline with DataLoader workers needs a window of many steps to show its throughput."""
 MAX_STEPS_FLOOR = 12
 """The timed steps a plan gets at most, unless the window above asks for more."""
+PROCESS_START_GUESS = 5.0
+"""Seconds a fresh process takes to import torch and build the workload, until one has been timed."""
 
 
 @dataclass
@@ -37,6 +39,10 @@ class Pace:
     start: float = field(default_factory=time.perf_counter)
     spent_measuring: float = 0.0
     plan_steps: int = 0
+    proof_rounds: int = 1
+    """Rounds the final proof reserves: several when each runs in a fresh process (``harness.fresh_round``)."""
+    process_start_seconds: float = 0.0
+    """What a proof round pays before its first step: a fresh process's start, learnt as rounds run."""
 
     @classmethod
     def calibrated(cls, budget_seconds: float, step_seconds: float, warmup: int, plans_to_measure: int,
@@ -66,8 +72,12 @@ class Pace:
         steps = self.steps if steps is None else steps
         return plans * (self.warmup + steps) * self.cost_per_plan_step() * ESTIMATE_SAFETY + setup_seconds
 
+    def proof_round(self) -> float:
+        """Seconds of one round of the proof: the best plan beside the baseline, plus its process start."""
+        return self.estimate(2, max(self.steps, MIN_PROOF_STEPS)) + self.process_start_seconds
+
     def proof_reserve(self) -> float:
-        return self.estimate(2, max(self.steps, MIN_PROOF_STEPS))
+        return self.proof_rounds * self.proof_round()
 
     def affordable(self, seconds: float) -> bool:
         """Can a measurement of ``seconds`` still run, leaving the proof its time?"""

@@ -65,6 +65,7 @@ from torchsmith.tuner.choose import (
 from torchsmith.tuner.guard import GuardConfig
 from torchsmith.tuner.mfu import tuned_mfu
 from torchsmith.tuner.pace import MEASURED_SHARE, MIN_PROOF_STEPS, MIN_STEPS, Pace
+from torchsmith.tuner.proof_rounds import ProofRounds
 from torchsmith.tuner.result import Candidate, TuneResult
 from torchsmith.tuner.rounds import Round, Rounds
 from torchsmith.workload import Workload
@@ -72,7 +73,7 @@ from torchsmith.workload import Workload
 logger = logging.getLogger(__name__)
 
 EXTRA_ROUNDS = 2
-"""At most this many further rounds for a candidate (and for the proof) the first round could not decide."""
+"""At most this many further rounds for a candidate the first round could not decide."""
 CALIBRATION_STEPS = 5
 """Timed steps (pairs) of the A/A run that measures the noise, after one warm-up step each."""
 NOISY_EFFECT = 1.10
@@ -111,8 +112,9 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
     dims = _applicable(workload, _dimensions(dev, knobs), dev, not_applicable)
     calib, noise, pace = _calibrate(workload, dev, [d for d in dims if not d.saves_memory], budget_seconds, start,
                                     warmup, clock, measure_memory=memory_limit is not None)
+    proof_rounds = ProofRounds.start(workload, dev, pace, compare_steps=guard.steps, clock=clock)
     run = _Search(workload, dev, guard, memory_limit, clock, on_progress, pace, best_m=calib,
-                  total=2 + sum(len(d.moves()) + 2 for d in dims) + 2, noise=noise)
+                  total=2 + sum(len(d.moves()) + 2 for d in dims) + 2, noise=noise, proof_rounds=proof_rounds)
     run.report("baseline")
     noisy = _noise_note(noise, pace)
     for dim in dims:
@@ -174,6 +176,8 @@ class _Search:
     """The latest measurement of ``best``."""
     total: int
     noise: NoiseCalibration | None = None
+    proof_rounds: ProofRounds | None = None
+    """Where the final proof's rounds run (fresh processes when it can); None: this process."""
     best: Plan = field(default_factory=Plan)
     best_speedup: float | None = 1.0
     candidates: list[Candidate] = field(default_factory=list)
@@ -257,9 +261,11 @@ class _Search:
             return _Proof(Plan(), base_c, base_c, ms, notes + self._memory_notes(Plan(), ms), None,
                           ms[0].step_times, ms[0].step_times)
         evidence = Rounds([Round(baseline=ms[0], reference=ms[0], candidate=ms[-1])])
+        rounds = self._rounds()
+        # The least rounds first (fresh processes bound the noise between them), then more while undecided.
         # A dropped burst can leave the kept pairs short of the cap: the round count bounds the loop too.
-        while (len(evidence.rounds) < 1 + EXTRA_ROUNDS and evidence.adaptive(1 + EXTRA_ROUNDS).need_more()
-               and self.pace.elapsed() + self.pace.estimate(2, steps) <= self.pace.budget_seconds):
+        while (len(evidence.rounds) < rounds.most and rounds.affordable(steps)
+               and (len(evidence.rounds) < rounds.least or evidence.adaptive(rounds.most).need_more())):
             again = self._proof_round(plans, steps)
             if again[-1].error or again[0].error:
                 break
@@ -269,7 +275,7 @@ class _Search:
         base_times = [t for r in kept for t in r.baseline.step_times]
         best_times = [t for r in kept for t in r.candidate.step_times]
         best_c = Candidate.from_measurement(evidence.measurement(), ms[0], "best", "accepted", interval=interval)
-        plan, notes = self.best, []
+        plan, notes = self.best, [n for n in [rounds.note()] if n]
         verdict = interval.verdict(NOISE_MARGIN)
         if fits(ms[0], self.memory_limit) and verdict != "faster":
             said = "measurably slower" if verdict == "slower" else "not distinguishable from as written"
@@ -279,12 +285,14 @@ class _Search:
         return _Proof(plan, base_c, best_c, ms, notes + self._memory_notes(plan, ms),
                       interval if plan != Plan() else None, base_times, best_times)
 
+    def _rounds(self) -> ProofRounds:
+        if self.proof_rounds is None:
+            self.proof_rounds = ProofRounds(self.workload, self.device, self.pace, self.guard.steps, self.clock,
+                                            fresh=False)
+        return self.proof_rounds
+
     def _proof_round(self, plans: list[Plan], steps: int) -> list[PlanMeasurement]:
-        began = time.perf_counter()
-        ms = measure_plans(self.workload, plans, warmup=self.pace.warmup, steps=steps, device=self.device,
-                           clock=self.clock, compare_steps=self.guard.steps)
-        self.pace.record(time.perf_counter() - began, len(plans), steps)
-        return ms
+        return self._rounds().measure(plans, steps)
 
     def _memory_notes(self, plan: Plan, ms: list[PlanMeasurement]) -> list[str]:
         if fits(ms[-1], self.memory_limit):

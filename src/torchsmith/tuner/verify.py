@@ -1,9 +1,10 @@
 """``verify``: an independent A/B of a plan against the workload as written, for CI.
 
-The same statistics as ``tune``: the plan and the as-written baseline run interleaved, step by
-step, in rounds of fresh models from the same seed; every step is a pair; the rounds pool into a
-95% interval of the speedup (``measure.intervals``), and rounds are added while the interval
-cannot yet tell whether the plan is slower, as long as the budget allows. The plan is
+The same statistics as ``tune``'s proof: the plan and the as-written baseline run interleaved,
+step by step, in rounds of fresh models from the same seed, each round in a fresh process
+(``tuner.proof_rounds``); every step is a pair; the rounds pool into a 95% interval of the
+speedup (``measure.intervals``), widened by the spread between processes, and rounds are added
+while the interval cannot yet tell whether the plan is slower, as long as the budget allows. The plan is
 *measurably slower* only when the whole interval lies below 1.0: a CI gate that fails the build
 on a regression, never on noise.
 
@@ -21,21 +22,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 from torchsmith.engine.loop import resolve_device
 from torchsmith.harness.compare import PlanMeasurement, StepTimer, measure_plans, wall_clock
 from torchsmith.measure.intervals import NOISE_MARGIN, SpeedupInterval, Verdict
 from torchsmith.plan import Plan
 from torchsmith.tuner.pace import MIN_PROOF_STEPS, Pace
+from torchsmith.tuner.proof_rounds import PROOF_PROCESSES, ProofRounds
 from torchsmith.tuner.rounds import Round, Rounds
 from torchsmith.workload import Workload
 
 logger = logging.getLogger(__name__)
-
-MAX_ROUNDS = 4
-"""Rounds at most: the first, then up to three more while the interval cannot decide."""
-
 
 class VerifyError(ValueError):
     """The plan or the workload cannot be measured: a refused transform, a failing step, a tiny budget."""
@@ -78,22 +74,26 @@ def verify(workload: Workload, plan: Plan, *, budget_seconds: float = 60.0, devi
     """Measure ``plan`` beside the as-written plan within ``budget_seconds``; see the module docstring."""
     start = time.perf_counter()
     dev = resolve_device(device)
-    first = _round(workload, [Plan(), plan], warmup=1, steps=2, device=dev, clock=clock)  # warms caches, times a step
+    # Here first, briefly: the plan applies and runs, and one step's time sizes the rounds.
+    first = measure_plans(workload, [Plan(), plan], warmup=1, steps=2, device=dev, clock=clock, measure_memory=False)
+    _raise_on_error(first, workload.name)
     step_s = max((m.step_seconds or 0.0) for m in first) or 1e-3
-    pace = Pace.calibrated(budget_seconds, step_s, warmup, 2 * MAX_ROUNDS, start)
+    # Steps per round so that the least rounds, and one more, fit the budget's measured share.
+    pace = Pace.calibrated(budget_seconds, step_s, warmup, 2 * (PROOF_PROCESSES + 1), start)
     steps = max(pace.steps, MIN_PROOF_STEPS)
+    rounds = ProofRounds.start(workload, dev, pace, compare_steps=None, clock=clock, measure_memory=False)
     evidence = Rounds()
-    while not evidence.rounds or evidence.adaptive(MAX_ROUNDS, goal="no_regression").need_more():
-        # A dropped burst can leave the kept pairs short of the cap: the round count bounds the loop too.
-        if evidence.rounds and (len(evidence.rounds) >= MAX_ROUNDS or not _time_for(pace, steps)):
-            break
-        began = time.perf_counter()
-        base_m, plan_m = _round(workload, [Plan(), plan], warmup=warmup, steps=steps, device=dev, clock=clock)
-        pace.record(time.perf_counter() - began, 2, steps)
+    # The least rounds first (fresh processes bound the noise between them), then more while the
+    # interval cannot tell; a dropped burst can leave the kept pairs short: the round count bounds it too.
+    while not evidence.rounds or (
+            len(evidence.rounds) < rounds.most and rounds.affordable(steps)
+            and (len(evidence.rounds) < rounds.least
+                 or evidence.adaptive(rounds.most, goal="no_regression").need_more())):
+        base_m, plan_m = _round(rounds, [Plan(), plan], steps, workload.name)
         evidence.add(Round(baseline=base_m, reference=base_m, candidate=plan_m))
         logger.info("verify round %d: %s", len(evidence.rounds), evidence.versus_baseline().describe())
     interval = evidence.versus_baseline()
-    notes = []
+    notes = [n for n in [rounds.note()] if n]
     if len(evidence.kept()) < len(evidence.rounds):
         notes.append("one round was dropped as a burst: its ratio lay outside the interval of the others.")
     if pace.elapsed() > budget_seconds:
@@ -106,18 +106,15 @@ def verify(workload: Workload, plan: Plan, *, budget_seconds: float = 60.0, devi
                         budget_seconds=budget_seconds, notes=notes)
 
 
-def _time_for(pace: Pace, steps: int) -> bool:
-    """Another round of both plans still fits the budget."""
-    return pace.elapsed() + pace.estimate(2, steps) <= pace.budget_seconds
+def _round(rounds: ProofRounds, plans: list[Plan], steps: int, name: str) -> list[PlanMeasurement]:
+    ms = rounds.measure(plans, steps)
+    _raise_on_error(ms, name)
+    return ms
 
 
-def _round(workload: Workload, plans: list[Plan], *, warmup: int, steps: int, device: torch.device,
-           clock: StepTimer) -> list[PlanMeasurement]:
-    ms = measure_plans(workload, plans, warmup=warmup, steps=steps, device=device, clock=clock,
-                       measure_memory=False)
+def _raise_on_error(ms: list[PlanMeasurement], name: str) -> None:
     for which, m in zip(("the as-written plan", "the plan"), ms, strict=True):
         if m.error:
             tip = ("check the plan with `torchsmith run WORKLOAD --plan plan.json --steps 1`" if which == "the plan"
                    else "check that `torchsmith run WORKLOAD --steps 1` works")
-            raise VerifyError(f"{which} of {workload.name} could not be measured: {m.error}.\nTip: {tip}.")
-    return ms
+            raise VerifyError(f"{which} of {name} could not be measured: {m.error}.\nTip: {tip}.")
