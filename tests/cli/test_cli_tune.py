@@ -9,7 +9,7 @@ import pytest
 
 @pytest.mark.slow
 def test_tune_writes_plan_and_report_and_prints_the_summary(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "torchsmith", "tune", "mlp", "--budget", "2m",
+    proc = subprocess.run([sys.executable, "-m", "torchsmith", "tune", "mlp", "--budget", "40s",
                            "--knobs", "threads,optimizer", "--out", "p.json", "--report", "r.html"],
                           capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

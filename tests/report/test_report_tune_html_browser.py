@@ -16,7 +16,7 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     out = tmp_path_factory.mktemp("tune")
-    result = tune("mlp", budget="2m", knobs=["threads", "optimizer"], out=out / "plan.json")
+    result = tune("mlp", budget="40s", knobs=["threads", "optimizer"], out=out / "plan.json")
     assert write_tune_report(result, out / "report.html") == out / "report.html"
     return result, out
 

@@ -44,7 +44,7 @@ def test_the_json_of_an_unchanged_workload_says_as_written_with_speedup_exactly_
 
 @pytest.mark.slow
 def test_tune_json_prints_one_object_on_stdout_and_the_tables_on_stderr(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "torchsmith", "tune", "mlp", "--budget", "2m", "--knobs", "optimizer",
+    proc = subprocess.run([sys.executable, "-m", "torchsmith", "tune", "mlp", "--budget", "40s", "--knobs", "optimizer",
                            "--json", "--out", "p.json", "--report", ""],
                           capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

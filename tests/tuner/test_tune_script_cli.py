@@ -18,7 +18,7 @@ def test_tune_a_script_writes_plan_report_and_summary(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
     side = tmp_path / "written-by-the-script.txt"
     proc = subprocess.run([sys.executable, "-m", "torchsmith", "tune", "--budget", "4m", "--knobs", "threads",
-                           "--window", "3", "--out", "p.json", "--report", "r.html", "--",
+                           "--window", "3", "--pairs", "2", "--out", "p.json", "--report", "r.html", "--",
                            sys.executable, str(SCRIPT), "--write", str(side)],
                           capture_output=True, text=True, cwd=tmp_path, env=env, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]

@@ -4,7 +4,7 @@ exit code of a child process as a shell reports it, and the options several comm
 from __future__ import annotations
 
 import contextlib
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 from rich.markup import escape
@@ -31,6 +31,19 @@ JsonOption = Annotated[bool, typer.Option(
     "--json", help="Print the result as one JSON object on stdout (progress and tables go to stderr)."
 )]
 """``as_json: JsonOption = False``: the one declaration of ``--json``."""
+
+WindowOption = Annotated[Optional[int], typer.Option(
+    "--window", min=2, help="Scripts: measured optimizer steps per run, exactly. Default: enough for 2 s of steps "
+                            "(at least 10), so that each run outlasts its process's start-up noise."
+)]
+"""``window: WindowOption = None``: the one declaration of a script run's ``--window``."""
+
+PairsOption = Annotated[Optional[int], typer.Option(
+    "--pairs", min=2, help="Scripts: the most alternating process pairs a comparison gets before a close call is "
+                           "'not distinguishable' (default: tune 8, verify 12); the least is min(3, this). Fewer: "
+                           "quicker, coarser decisions."
+)]
+"""``pairs: PairsOption = None``: the one declaration of ``--pairs``."""
 
 WORKLOAD_HELP = ("Built-in name (gpt-mini, cnn-mini, mlp; hf-gpt2, hf-llama, hf-vit, hf-resnet with torchsmith\\[hf]), "
                  "package.module:function or path/to/file.py:function.")

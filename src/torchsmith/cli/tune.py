@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from torchsmith.cli import app
-from torchsmith.cli.common import WORKLOAD_HELP, DeviceOption, JsonOption, user_errors
+from torchsmith.cli.common import WORKLOAD_HELP, DeviceOption, JsonOption, PairsOption, WindowOption, user_errors
 
 
 @app.command("tune")
@@ -27,9 +27,8 @@ def tune_command(
     knobs: Optional[str] = typer.Option(
         None, "--knobs", help="Search only these knobs, comma-separated, e.g. threads,compile."
     ),
-    window: int = typer.Option(
-        10, "--window", min=2, help="Scripts: measured optimizer steps per run (after 3 warm-up steps)."
-    ),
+    window: WindowOption = None,
+    pairs: PairsOption = None,
     on_spread: str = typer.Option(
         "guard",
         "--on-spread",
@@ -58,6 +57,7 @@ def tune_command(
             report=report,
             knobs=knobs,
             window=window,
+            pairs=pairs,
             on_spread=on_spread,
             as_json=as_json,
         )

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal, Optional, cast
 
 
 def tune_script_command(command: list[str], *, budget: str, memory_limit: Optional[str], out: Path,
-                        report: Optional[Path], knobs: Optional[str], window: int, on_spread: str,
-                        as_json: bool = False) -> None:
+                        report: Optional[Path], knobs: Optional[str], window: Optional[int],
+                        pairs: Optional[int], on_spread: str, as_json: bool = False) -> None:
     """Tune the command; ``as_json``: stdout holds one JSON object (report.tune_json), the rest goes to stderr."""
     import json
 
@@ -30,9 +31,13 @@ def tune_script_command(command: list[str], *, budget: str, memory_limit: Option
             raise ValueError(f"--on-spread must be 'guard' or 'refuse', got {on_spread!r}.\n"
                              "Tip: --on-spread refuse stops when the script's own losses do not repeat.")
         cfg = ScriptTuneConfig(budget_seconds=parse_duration(budget), memory_limit=parse_bytes(memory_limit),
-                               run=ScriptRunConfig(window=window),
+                               run=ScriptRunConfig(window=window or ScriptRunConfig.window),
                                on_spread=cast(Literal["guard", "refuse"], on_spread),  # checked above
                                knobs=tuple(knobs.split(",")) if knobs else None)
+        if window is not None:  # exactly that many steps: not stretched to the 2 s floor
+            cfg = replace(cfg, min_window_seconds=0.0)
+        if pairs is not None:  # every comparison capped, the calibration's too
+            cfg = replace(cfg, calibration_pairs=min(3, pairs), min_pairs=min(3, pairs), max_pairs=pairs)
         cmd = python_command(command)
         says = error_console if as_json else console  # --json: stdout holds the JSON object alone
         with tune_progress(out=says) as progress:

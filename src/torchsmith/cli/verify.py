@@ -14,7 +14,7 @@ from typing import Optional
 import typer
 
 from torchsmith.cli import app
-from torchsmith.cli.common import WORKLOAD_HELP, DeviceOption, JsonOption, user_errors
+from torchsmith.cli.common import WORKLOAD_HELP, DeviceOption, JsonOption, PairsOption, WindowOption, user_errors
 
 SLOWER_EXIT = 1
 
@@ -28,6 +28,8 @@ def verify_command(
     budget: str = typer.Option("1m", "--budget", help="Wall-clock budget for the A/B, e.g. 30s, 2m."),
     as_json: JsonOption = False,
     device: DeviceOption = "auto",
+    window: WindowOption = None,
+    pairs: PairsOption = None,
 ) -> None:
     """Measure PLAN against the workload as written, interleaved, and state the 95% interval.
 
@@ -39,7 +41,8 @@ def verify_command(
 
     args = list(target or [])
     if is_command(args):
-        raise typer.Exit(verify_command_form(plan_path, args, budget=budget, as_json=as_json))
+        raise typer.Exit(verify_command_form(plan_path, args, budget=budget, as_json=as_json, window=window,
+                                             pairs=pairs))
     raise typer.Exit(verify_workload(plan_path, args[0] if args else None, budget=budget, as_json=as_json,
                                      device=device))
 
@@ -65,8 +68,9 @@ def verify_workload(plan_path: Path, workload: str | None, *, budget: str, as_js
     return SLOWER_EXIT if result.slower else 0
 
 
-def verify_command_form(plan_path: Path, command: list[str], *, budget: str, as_json: bool) -> int:
+def verify_command_form(plan_path: Path, command: list[str], *, budget: str, as_json: bool,
+                        window: Optional[int] = None, pairs: Optional[int] = None) -> int:
     """``verify PLAN -- command ...``: the script's A/B, alternating whole processes (A B B A ...)."""
     from torchsmith.cli.verify_script import verify_script_command
 
-    return verify_script_command(plan_path, command, budget=budget, as_json=as_json)
+    return verify_script_command(plan_path, command, budget=budget, as_json=as_json, window=window, pairs=pairs)
