@@ -49,8 +49,10 @@ def test_bandwidth_term_approaches_twice_the_buffer_for_all_reduce_at_many_ranks
 
 def _samples(truth: Link, noise: float = 0.0, seed: int = 0) -> list[CollectiveSample]:
     rng = random.Random(seed)
-    return [CollectiveSample(ranks=n, collective=op, nbytes=b,
-                             seconds=collective_seconds(op, ranks=n, nbytes=b, link=truth) * (1 + rng.uniform(-noise, noise)))
+    def seconds(op, n, b):
+        return collective_seconds(op, ranks=n, nbytes=b, link=truth) * (1 + rng.uniform(-noise, noise))
+
+    return [CollectiveSample(ranks=n, collective=op, nbytes=b, seconds=seconds(op, n, b))
             for n in (2, 4) for op in ("all_reduce", "all_gather", "reduce_scatter")
             for b in sizes_up_to(64 << 20)]
 
@@ -131,3 +133,13 @@ def test_collective_benchmark_on_two_gloo_ranks_fits_a_finite_positive_link(tmp_
     # Bigger buffers take longer: the largest all_reduce is slower than the smallest.
     reduces = sorted((s.nbytes, s.seconds) for s in samples if s.collective == "all_reduce")
     assert reduces[-1][1] > reduces[0][1]
+
+
+def test_fit_names_the_collective_the_one_link_misfits():
+    truth = Link(alpha_seconds=1e-4, beta_seconds_per_byte=1e-9)
+    # A backend whose reduce_scatter costs twice the ring formula (gloo's is close to its all_reduce).
+    samples = [s if s.collective != "reduce_scatter" else CollectiveSample(
+        ranks=s.ranks, collective=s.collective, nbytes=s.nbytes, seconds=2 * s.seconds) for s in _samples(truth)]
+    bias = fit_link(samples).bias_by_collective
+    assert set(bias) == {"all_reduce", "all_gather", "reduce_scatter"}
+    assert bias["reduce_scatter"] < -0.2 < 0 < bias["all_reduce"]  # predicted too fast for it, too slow for the rest

@@ -157,6 +157,9 @@ class LinkFit:
     """The worst sample's |predicted - measured| / measured."""
     samples: int
     """How many samples were fitted."""
+    bias_by_collective: dict[str, float]
+    """Mean of (predicted - measured) / measured per collective: where one link misfits a backend
+    whose collectives do not follow the ring formulas (e.g. -0.4: the model is 40% fast for it)."""
 
 
 def fit_link(samples: Sequence[CollectiveSample]) -> LinkFit:
@@ -175,8 +178,8 @@ def fit_link(samples: Sequence[CollectiveSample]) -> LinkFit:
     >>> round(fit_link(s).link.alpha_seconds, 8)
     0.0001
     """
-    rows = [(coefficients(s.collective, s.ranks, s.nbytes), s.seconds) for s in samples]
-    rows = [(ab, t) for ab, t in rows if ab != (0.0, 0.0)]  # one-rank samples say nothing
+    kept = [s for s in samples if s.ranks > 1]  # one-rank samples cost 0 and say nothing
+    rows = [(coefficients(s.collective, s.ranks, s.nbytes), s.seconds) for s in kept]
     if len(rows) < 2:
         raise ValueError(f"fitting alpha and beta needs >= 2 samples on >= 2 ranks; found {len(rows)}.\n"
                          "Tip: benchmark at least two buffer sizes in a process group of 2 or more ranks.")
@@ -199,6 +202,8 @@ def fit_link(samples: Sequence[CollectiveSample]) -> LinkFit:
         candidates.append(x)
     best = min(candidates, key=lambda x: float(np.sum((design @ x - target) ** 2)))
     relative = design @ best - target
+    bias: dict[str, float] = {c: float(np.mean([r for r, s in zip(relative, kept, strict=True) if s.collective == c]))
+            for c in dict.fromkeys(s.collective for s in kept)}
     return LinkFit(link=Link(alpha_seconds=float(best[0]), beta_seconds_per_byte=float(best[1])),
                    relative_residual=float(np.sqrt(np.mean(relative ** 2))),
-                   max_relative_error=float(np.max(np.abs(relative))), samples=len(rows))
+                   max_relative_error=float(np.max(np.abs(relative))), samples=len(rows), bias_by_collective=bias)

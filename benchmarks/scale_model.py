@@ -1,0 +1,307 @@
+"""The scale model's acceptance figure: 2 ranks predicted from 1 rank, against the real 2-rank run.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/scale_model.py [WORKLOAD ...] [--interconnect 100Gbps,5us]
+        [--steps 8]          (default workloads: gpt-mini hf-llama)
+
+Per workload, three separate jobs, so the prediction never sees the run it predicts:
+
+1. one process (no process group) trains the workload as written on the micro-batch one rank
+   gets at 2 ranks, with the 2-rank run's threads per rank, and measures forward, backward and
+   optimizer medians and a steady step's peak memory (torchsmith.measure.memory: on CPU the
+   "cpu-profiler-allocator-events" method, i.e. the bytes reachable from the model, optimizer
+   state and DDP's gradient buckets plus every byte the CPU allocator hands out on the training
+   thread during the step; gloo's own threads' allocations are not seen);
+2. a torchrun job of 2 gloo ranks runs the collective microbenchmark
+   (torchsmith.distributed.collective_bench) from 4 KiB to 2x the largest collective the model
+   needs, and the alpha-beta link is fitted to it;
+3. a torchrun job of 2 gloo ranks trains DDP, ZeRO-1 and FSDP2 and measures the same figures
+   (slowest rank), plus the collectives each step issued (printed beside the derived ones).
+
+Then it prints predicted against measured (targets: step time within 20%, per-rank peak
+within 15%) and the predictions at 8, 64 and 512 ranks over ``--interconnect``. On CPU the
+prediction assumes no overlap of communication with compute when ranks x threads fill the
+cores (gloo's transfers and sums then take the compute's cores); both bounds are printed.
+Timing on a shared machine is noisy: the load average is printed with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+RANKS = 2
+WARMUP = 2
+TABLE_RANKS = (8, 64, 512)
+STRATEGIES = ("ddp", "zero1", "fsdp2")
+STEP_TARGET, PEAK_TARGET = 0.20, 0.15
+
+
+def _batches(spec: str, count: int):
+    from torchsmith.workload import load_workload
+
+    w = load_workload(spec)
+    return w, [b for b, _ in zip(w.iter_batches(), range(count), strict=False)]
+
+
+def _fresh_step(w, kind: str):
+    """Seeded model and optimizer with ``parallel=kind`` applied, as the engine builds them."""
+    from torchsmith.engine.step import prepare
+    from torchsmith.plan import Plan
+    from torchsmith.seeding import seed_everything
+
+    seed_everything(w.seed)
+    model = w.model()
+    optimizer = w.optimizer(model.parameters())
+    plan = Plan.from_dict({**Plan().to_dict(), "parallel": {"kind": kind}})
+    return prepare(plan, model, optimizer, w.loss)
+
+
+def _local_optimizer(optimizer):
+    """ZeRO-1's state lives in its local optimizer (``.optim``), not in ``.state``."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    return optimizer.optim if isinstance(optimizer, ZeroRedundancyOptimizer) else optimizer
+
+
+def one_rank(spec: str, steps: int, out: str) -> None:
+    """Job 1: the 1-rank measurements the prediction is made from."""
+    import torch
+
+    from torchsmith.distributed.runtime import shard_batch
+    from torchsmith.distributed.scale_model import model_shape
+    from torchsmith.distributed.zero1 import optimizer_state_bytes
+    from torchsmith.measure.memory import track_peak_memory
+    from torchsmith.measure.timing import PhaseTimer
+
+    w, batches = _batches(spec, WARMUP + steps + 1)
+    local = [shard_batch(b, 0, RANKS) for b in batches]  # the micro-batch rank 0 gets at 2 ranks
+    step = _fresh_step(w, "single")
+    for b in local[:WARMUP]:
+        step(b)
+    step.timer = timer = PhaseTimer()
+    for b in local[WARMUP:-1]:
+        step(b)
+        timer.end_step()
+    step.timer = None
+    with track_peak_memory("cpu", live=(step.model, step.optimizer)) as mem:
+        step(local[-1])
+    phases = timer.summary(warmup=0).median
+    shape = model_shape(step.model)
+    Path(out).write_text(json.dumps({
+        "threads": torch.get_num_threads(), "forward": phases["forward"], "backward": phases["backward"],
+        "optimizer": phases["optimizer"], "peak": mem.result.peak_bytes,
+        "optimizer_state": optimizer_state_bytes(step.optimizer),
+        "tensor_bytes": list(shape.tensor_bytes), "block_bytes": list(shape.block_bytes)}))
+
+
+def bench(sizes: list[int], out: str) -> None:
+    """Job 2 (every rank): the collective microbenchmark."""
+    import dataclasses
+
+    import torch
+
+    from torchsmith.distributed.collective_bench import BenchConfig, bench_collectives
+    from torchsmith.distributed.runtime import init_from_env, shutdown
+
+    ctx = init_from_env(torch.device("cpu"))
+    # 9 repeats: on a shared CPU a descheduled rank stalls a collective; the median ignores a few.
+    samples = bench_collectives(BenchConfig(sizes_bytes=tuple(sizes), repeats=9), ctx.device)
+    if ctx.rank == 0:
+        Path(out).write_text(json.dumps([dataclasses.asdict(s) for s in samples]))
+    shutdown()
+
+
+def two_ranks(spec: str, steps: int, out: str) -> None:
+    """Job 3 (every rank): the real 2-rank run of each strategy."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    from torchsmith.distributed.commcount import CommStats, count_collectives
+    from torchsmith.distributed.runtime import init_from_env, shard_batch, shutdown
+    from torchsmith.measure.memory import track_peak_memory
+
+    ctx = init_from_env(torch.device("cpu"))
+    w, batches = _batches(spec, WARMUP + steps + 2)
+    local = [shard_batch(b, ctx.rank, ctx.world_size) for b in batches]
+    results = {}
+    for kind in STRATEGIES:
+        step = _fresh_step(w, kind)
+        buckets: list[torch.Tensor] = []
+        if kind != "fsdp2":
+            def recording_hook(state, bucket, buckets=buckets):
+                # DDP's flat gradient buckets live in its C++ reducer, out of the memory tracker's
+                # sight; the hook sees them. allreduce_hook is the built-in hook's maths in Python.
+                buckets.append(bucket.buffer())
+                return default_hooks.allreduce_hook(state, bucket)
+
+            step.model.register_comm_hook(None, recording_hook)
+        for b in local[:WARMUP]:
+            buckets.clear()  # only the current buckets (DDP rebuilds them after its first step)
+            step(b)
+        stats = CommStats()
+        with count_collectives(stats):
+            buckets.clear()
+            step(local[WARMUP])
+        times = []
+        for b in local[WARMUP + 1:-1]:
+            start = time.perf_counter()
+            step(b)
+            times.append(time.perf_counter() - start)
+        live = (step.model, _local_optimizer(step.optimizer), list(buckets))
+        with track_peak_memory("cpu", live=live) as mem:
+            step(local[-1])
+        del live
+        slowest = torch.tensor([statistics.median(times), float(mem.result.peak_bytes)], dtype=torch.float64)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        results[kind] = {"step": slowest[0].item(), "peak": int(slowest[1].item()),
+                         "calls": dict(stats.calls), "bytes": dict(stats.bytes)}
+        del step
+    if ctx.rank == 0:
+        Path(out).write_text(json.dumps({"threads": torch.get_num_threads(), "results": results}))
+    shutdown()
+
+
+def _env(threads: int) -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": str(threads), "GLOO_SOCKET_IFNAME": "lo"}
+
+
+def _check(proc: subprocess.CompletedProcess, args: list[str]) -> None:
+    if proc.returncode != 0:
+        sys.exit(f"{' '.join(args[:2])}: failed (exit {proc.returncode})\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+
+
+def _job(args: list[str], *, ranks: int, threads: int) -> None:
+    """Run this file with ``args`` under torchrun on ``ranks`` ranks."""
+    from torchsmith.distributed.launch import LaunchConfig, build_command
+
+    cmd, _ = build_command(LaunchConfig(nproc_per_node=ranks), args, entry=[__file__])
+    _check(subprocess.run(cmd, env=_env(threads), capture_output=True, text=True), args)
+
+
+def _side_by_side(args: list[list[str]], *, threads: int) -> None:
+    """Run this file once per ``args`` entry, all at once, as plain processes (no process group)."""
+    procs = [subprocess.Popen([sys.executable, __file__, *a], env=_env(threads), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for a in args]
+    for a, proc in zip(args, procs, strict=True):
+        out, err = proc.communicate()
+        _check(subprocess.CompletedProcess(a, proc.returncode, out, err), a)
+
+
+def _profile(one: dict):
+    from torchsmith.distributed.scale_model import StepProfile
+
+    return StepProfile(forward_seconds=one["forward"], backward_seconds=one["backward"],
+                       optimizer_seconds=one["optimizer"], peak_bytes=one["peak"],
+                       optimizer_state_bytes=one["optimizer_state"])
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def _error(predicted: float, measured: float, target: float) -> str:
+    err = (predicted - measured) / measured
+    return f"{err:+.1%}{'' if abs(err) <= target else ' MISS'}"
+
+
+def evaluate(spec: str, steps: int, interconnect: str, threads: int) -> list[str]:
+    from torchsmith.distributed.alpha_beta import CollectiveSample, fit_link, parse_interconnect
+    from torchsmith.distributed.collective_bench import sizes_up_to
+    from torchsmith.distributed.scale_model import ModelShape, ScaleAssumptions, comm_calls, predict, predict_table
+
+    with tempfile.TemporaryDirectory() as tmp:
+        outs = [str(Path(tmp) / f"one{r}.json") for r in range(RANKS + 1)]
+        bench_out, two_out = str(Path(tmp) / "bench.json"), str(Path(tmp) / "two.json")
+        _side_by_side([["--one", spec, str(steps), outs[0]]], threads=threads)  # alone on the machine
+        # Beside RANKS - 1 copies of itself: on a CPU host the ranks share cores and memory bandwidth.
+        _side_by_side([["--one", spec, str(steps), o] for o in outs[1:]], threads=threads)
+        ones = [json.loads(Path(o).read_text()) for o in outs]
+        one, beside = ones[0], max(ones[1:], key=lambda o: o["forward"] + o["backward"] + o["optimizer"])
+        shape = ModelShape(tensor_bytes=tuple(one["tensor_bytes"]), block_bytes=tuple(one["block_bytes"]))
+        cfg = ScaleAssumptions(overlap=False)  # CPU: 2 ranks x `threads` threads fill the cores (see the docstring)
+        largest = max(c.nbytes for s in STRATEGIES for c in comm_calls(s, shape, cfg))
+        _job(["--bench", json.dumps(sizes_up_to(2 * largest)), bench_out], ranks=RANKS, threads=threads)
+        fit = fit_link([CollectiveSample(**s) for s in json.loads(Path(bench_out).read_text())])
+        _job(["--two", spec, str(steps), two_out], ranks=RANKS, threads=threads)
+        two = json.loads(Path(two_out).read_text())
+    profile, profile_beside = _profile(one), _profile(beside)
+    k = profile.optimizer_state_bytes / (shape.param_bytes / 4)
+    print(f"\n{spec}: W = {_mib(shape.param_bytes)} of fp32 parameters ({len(shape.tensor_bytes)} tensors, "
+          f"{len(shape.block_bytes)} blocks + root {_mib(shape.root_bytes)}), K = {k:.2f} optimizer bytes/parameter, "
+          f"{one['threads']} thread(s) per rank, load {os.getloadavg()[0]:.2f}")
+    for name, p in (("alone", profile), (f"beside {RANKS - 1} copy", profile_beside)):
+        print(f"  1 rank {name} (micro-batch of 1/{RANKS} of the global batch): "
+              f"forward {p.forward_seconds * 1e3:.1f} ms, backward {p.backward_seconds * 1e3:.1f} ms, "
+              f"optimizer {p.optimizer_seconds * 1e3:.1f} ms, "
+              f"peak {_mib(p.peak_bytes)}")
+    bias = ", ".join(f"{c} {b:+.0%}" for c, b in fit.bias_by_collective.items())
+    print(f"  link fitted on {RANKS} gloo ranks ({fit.samples} samples, 4 KiB..{_mib(2 * largest)}): "
+          f"{fit.link.describe()}; relative residual {fit.relative_residual:.1%} (worst {fit.max_relative_error:.1%}); "
+          f"mean error by collective: {bias}")
+    print(f"  {'strategy':<8} {'step pred':>9} {'(bounds)':>17} {'measured':>9} {'error':>11} "
+          f"{'pred beside':>11} {'error':>11}   {'peak pred':>10} {'measured':>10} {'error':>8}")
+    misses = []
+    for kind in STRATEGIES:
+        p = predict(kind, RANKS, profile=profile, shape=shape, link=fit.link, cfg=cfg)
+        q = predict(kind, RANKS, profile=profile_beside, shape=shape, link=fit.link, cfg=cfg)
+        m = two["results"][kind]
+        errors = {"step time (1 rank alone)": _error(p.step.predicted_seconds, m["step"], STEP_TARGET),
+                  "step time (1 rank beside a copy)": _error(q.step.predicted_seconds, m["step"], STEP_TARGET),
+                  "peak memory": _error(p.memory.peak_bytes, m["peak"], PEAK_TARGET)}
+        misses += [f"{spec} {kind} {what} {e}" for what, e in errors.items() if "MISS" in e]
+        step_err, beside_err, peak_err = errors.values()
+        print(f"  {kind:<8} {p.step.predicted_seconds * 1e3:>7.1f}ms "
+              f"({p.step.full_overlap_seconds * 1e3:>6.1f}-{p.step.no_overlap_seconds * 1e3:>6.1f}ms) "
+              f"{m['step'] * 1e3:>7.1f}ms {step_err:>11} {q.step.predicted_seconds * 1e3:>9.1f}ms {beside_err:>11}   "
+              f"{_mib(p.memory.peak_bytes):>10} {_mib(m['peak']):>10} {peak_err:>8}")
+    print("  comm per step, derived from the shape | counted on the 2-rank run (printed only, not an input):")
+    for kind in STRATEGIES:
+        m, derived = two["results"][kind], {}
+        for c in comm_calls(kind, shape, cfg):
+            derived.setdefault(c.collective, [0, 0])
+            derived[c.collective][0] += c.nbytes
+            derived[c.collective][1] += 1
+        print(f"    {kind:<6} " + ", ".join(f"{op} {_mib(b)} in {n}" for op, (b, n) in sorted(derived.items()))
+              + " | " + ", ".join(f"{op} {_mib(b)} in {m['calls'][op]}" for op, b in sorted(m["bytes"].items())))
+    link = parse_interconnect(interconnect)
+    print(f"  predicted at scale over {interconnect} ({link.describe()}) with this rank's compute (alone): "
+          "step without / with full overlap, comm share (no overlap), peak per rank")
+    for p in predict_table(TABLE_RANKS, profile=profile, shape=shape, link=link, cfg=cfg):
+        print(f"    {p.ranks:>4} ranks {p.strategy:<6} {p.step.no_overlap_seconds * 1e3:>9.1f} / "
+              f"{p.step.full_overlap_seconds * 1e3:>7.1f} ms  comm {p.step.comm_share:>5.1%}  "
+              f"peak {_mib(p.memory.peak_bytes)}")
+    return misses
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("workloads", nargs="*", default=["gpt-mini", "hf-llama"])
+    parser.add_argument("--interconnect", default="100Gbps,5us",
+                        help="the assumed link for the 8/64/512-rank table: BANDWIDTH,LATENCY")
+    parser.add_argument("--steps", type=int, default=8, help="timed steps per measurement")
+    args = parser.parse_args(argv)
+    threads = max(1, (os.cpu_count() or 1) // RANKS)  # the cores a rank gets when 2 share the machine
+    print(f"scale model: {RANKS} ranks predicted from 1, {threads} thread(s) per rank, "
+          f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.2f} at start")
+    misses = [m for spec in args.workloads for m in evaluate(spec, args.steps, args.interconnect, threads)]
+    print(f"\nload {os.getloadavg()[0]:.2f} at end")
+    print("targets missed:\n  " + "\n  ".join(misses) if misses else "every target met")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--one"]:
+        one_rank(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+    elif sys.argv[1:2] == ["--bench"]:
+        bench(json.loads(sys.argv[2]), sys.argv[3])
+    elif sys.argv[1:2] == ["--two"]:
+        two_ranks(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+    else:
+        main(sys.argv[1:])
