@@ -1,27 +1,32 @@
-"""The scale model's acceptance figure: 2 ranks predicted from 1 rank, against the real 2-rank run.
+"""The scale model's acceptance figure: N ranks predicted from 1 rank, against the real N-rank run.
 
     PYTHONPATH=src .venv/bin/python benchmarks/scale_model.py [WORKLOAD ...] [--interconnect 100Gbps,5us]
-        [--steps 8]          (default workloads: gpt-mini hf-llama)
+        [--ranks 2] [--steps 8] [--rounds 3]          (default workloads: gpt-mini hf-llama)
 
-Per workload, three separate jobs, so the prediction never sees the run it predicts:
+Per workload, separate jobs, so the prediction never sees the run it predicts:
 
 1. one process (no process group) trains the workload as written on the micro-batch one rank
-   gets at 2 ranks, with the 2-rank run's threads per rank, and measures forward, backward and
+   gets at N ranks, with the N-rank run's threads per rank, and measures forward, backward and
    optimizer medians and a steady step's peak memory (torchsmith.measure.memory: on CPU the
    "cpu-profiler-allocator-events" method, i.e. the bytes reachable from the model, optimizer
    state and DDP's gradient buckets plus every byte the CPU allocator hands out on the training
-   thread during the step; gloo's own threads' allocations are not seen);
-2. a torchrun job of 2 gloo ranks runs the collective microbenchmark
+   thread during the step; gloo's own threads' allocations are not seen). Then the same with
+   N - 1 copies of it running beside it (still no process group, no communication): on a CPU
+   host the ranks share its cores and memory bandwidth, which a rank alone does not see;
+2. a torchrun job of N gloo ranks runs the collective microbenchmark
    (torchsmith.distributed.collective_bench) from 4 KiB to 2x the largest collective the model
    needs, and the alpha-beta link is fitted to it;
-3. a torchrun job of 2 gloo ranks trains DDP, ZeRO-1 and FSDP2 and measures the same figures
+3. a torchrun job of N gloo ranks trains DDP, ZeRO-1 and FSDP2 and measures the same figures
    (slowest rank), plus the collectives each step issued (printed beside the derived ones).
 
-Then it prints predicted against measured (targets: step time within 20%, per-rank peak
-within 15%) and the predictions at 8, 64 and 512 ranks over ``--interconnect``. On CPU the
-prediction assumes no overlap of communication with compute when ranks x threads fill the
-cores (gloo's transfers and sums then take the compute's cores); both bounds are printed.
-Timing on a shared machine is noisy: the load average is printed with the figures.
+The sequence is repeated ``--rounds`` times and each figure is the median over rounds, so a shared
+machine's changing load falls on every figure alike. Then it prints predicted against measured
+(targets: step time within 20%, per-rank peak within 15%), from the compute alone and from the
+compute beside copies, and the predictions at 8, 64 and 512 ranks over ``--interconnect``. On CPU
+the prediction assumes no overlap of communication with compute, since the ranks' threads fill
+the cores (gloo's transfers and sums then take the compute's cores); both bounds are printed.
+``--ranks 4`` on a 2-core machine is oversubscribed, and the output says so. Timing on a shared
+machine is noisy: the load average is printed with the figures.
 """
 
 from __future__ import annotations
@@ -36,7 +41,6 @@ import tempfile
 import time
 from pathlib import Path
 
-RANKS = 2
 WARMUP = 2
 TABLE_RANKS = (8, 64, 512)
 STRATEGIES = ("ddp", "zero1", "fsdp2")
@@ -70,7 +74,7 @@ def _local_optimizer(optimizer):
     return optimizer.optim if isinstance(optimizer, ZeroRedundancyOptimizer) else optimizer
 
 
-def one_rank(spec: str, steps: int, out: str) -> None:
+def one_rank(spec: str, steps: int, ranks: int, out: str) -> None:
     """Job 1: the 1-rank measurements the prediction is made from."""
     import torch
 
@@ -81,7 +85,7 @@ def one_rank(spec: str, steps: int, out: str) -> None:
     from torchsmith.measure.timing import PhaseTimer
 
     w, batches = _batches(spec, WARMUP + steps + 1)
-    local = [shard_batch(b, 0, RANKS) for b in batches]  # the micro-batch rank 0 gets at 2 ranks
+    local = [shard_batch(b, 0, ranks) for b in batches]  # the micro-batch rank 0 gets at `ranks` ranks
     step = _fresh_step(w, "single")
     for b in local[:WARMUP]:
         step(b)
@@ -195,14 +199,6 @@ def _side_by_side(args: list[list[str]], *, threads: int) -> None:
         _check(subprocess.CompletedProcess(a, proc.returncode, out, err), a)
 
 
-def _profile(one: dict):
-    from torchsmith.distributed.scale_model import StepProfile
-
-    return StepProfile(forward_seconds=one["forward"], backward_seconds=one["backward"],
-                       optimizer_seconds=one["optimizer"], peak_bytes=one["peak"],
-                       optimizer_state_bytes=one["optimizer_state"])
-
-
 def _mib(n: float) -> str:
     return f"{n / 2**20:.1f} MiB"
 
@@ -212,59 +208,92 @@ def _error(predicted: float, measured: float, target: float) -> str:
     return f"{err:+.1%}{'' if abs(err) <= target else ' MISS'}"
 
 
-def evaluate(spec: str, steps: int, interconnect: str, threads: int) -> list[str]:
-    from torchsmith.distributed.alpha_beta import CollectiveSample, fit_link, parse_interconnect
+def _median_profile(ones: list[dict]):
+    """The per-phase medians over rounds (peak and state are the same in every round)."""
+    from torchsmith.distributed.scale_model import StepProfile
+
+    return StepProfile(**{f"{phase}_seconds": statistics.median(o[phase] for o in ones)
+                          for phase in ("forward", "backward", "optimizer")},
+                       peak_bytes=max(o["peak"] for o in ones), optimizer_state_bytes=ones[0]["optimizer_state"])
+
+
+def _measure(spec: str, steps: int, ranks: int, rounds: int, threads: int) -> dict:
+    """``rounds`` rounds of: 1 rank alone, 1 rank beside ranks-1 copies, the collective benchmark, the
+    real run. Repeating the whole sequence spreads a shared machine's changing load over every figure."""
     from torchsmith.distributed.collective_bench import sizes_up_to
+    from torchsmith.distributed.scale_model import ModelShape, ScaleAssumptions, comm_calls
+
+    alone, beside, samples, runs = [], [], [], []
+    sizes: tuple[int, ...] = ()
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(rounds):
+            outs = [str(Path(tmp) / f"one{r}_{i}.json") for i in range(ranks + 1)]
+            bench_out, two_out = str(Path(tmp) / f"bench{r}.json"), str(Path(tmp) / f"two{r}.json")
+            _side_by_side([["--one", spec, str(steps), str(ranks), outs[0]]], threads=threads)  # alone
+            # Beside ranks - 1 copies of itself: on a CPU host the ranks share cores and memory bandwidth.
+            _side_by_side([["--one", spec, str(steps), str(ranks), o] for o in outs[1:]], threads=threads)
+            ones = [json.loads(Path(o).read_text()) for o in outs]
+            alone.append(ones[0])
+            beside.append(max(ones[1:], key=lambda o: o["forward"] + o["backward"] + o["optimizer"]))
+            if not sizes:
+                shape = ModelShape(tensor_bytes=tuple(ones[0]["tensor_bytes"]),
+                                   block_bytes=tuple(ones[0]["block_bytes"]))
+                sizes = sizes_up_to(2 * max(c.nbytes for s in STRATEGIES
+                                            for c in comm_calls(s, shape, ScaleAssumptions())))
+            _job(["--bench", json.dumps(sizes), bench_out], ranks=ranks, threads=threads)
+            samples += json.loads(Path(bench_out).read_text())
+            _job(["--two", spec, str(steps), two_out], ranks=ranks, threads=threads)
+            runs.append(json.loads(Path(two_out).read_text())["results"])
+    measured = {kind: {"step": statistics.median(r[kind]["step"] for r in runs),
+                       "step_range": (min(r[kind]["step"] for r in runs), max(r[kind]["step"] for r in runs)),
+                       "peak": max(r[kind]["peak"] for r in runs), "calls": runs[0][kind]["calls"],
+                       "bytes": runs[0][kind]["bytes"]} for kind in STRATEGIES}
+    return {"alone": alone, "beside": beside, "samples": samples, "sizes": sizes, "measured": measured}
+
+
+def evaluate(spec: str, steps: int, ranks: int, rounds: int, interconnect: str, threads: int) -> list[str]:
+    from torchsmith.distributed.alpha_beta import CollectiveSample, fit_link, parse_interconnect
     from torchsmith.distributed.scale_model import ModelShape, ScaleAssumptions, comm_calls, predict, predict_table
 
-    with tempfile.TemporaryDirectory() as tmp:
-        outs = [str(Path(tmp) / f"one{r}.json") for r in range(RANKS + 1)]
-        bench_out, two_out = str(Path(tmp) / "bench.json"), str(Path(tmp) / "two.json")
-        _side_by_side([["--one", spec, str(steps), outs[0]]], threads=threads)  # alone on the machine
-        # Beside RANKS - 1 copies of itself: on a CPU host the ranks share cores and memory bandwidth.
-        _side_by_side([["--one", spec, str(steps), o] for o in outs[1:]], threads=threads)
-        ones = [json.loads(Path(o).read_text()) for o in outs]
-        one, beside = ones[0], max(ones[1:], key=lambda o: o["forward"] + o["backward"] + o["optimizer"])
-        shape = ModelShape(tensor_bytes=tuple(one["tensor_bytes"]), block_bytes=tuple(one["block_bytes"]))
-        cfg = ScaleAssumptions(overlap=False)  # CPU: 2 ranks x `threads` threads fill the cores (see the docstring)
-        largest = max(c.nbytes for s in STRATEGIES for c in comm_calls(s, shape, cfg))
-        _job(["--bench", json.dumps(sizes_up_to(2 * largest)), bench_out], ranks=RANKS, threads=threads)
-        fit = fit_link([CollectiveSample(**s) for s in json.loads(Path(bench_out).read_text())])
-        _job(["--two", spec, str(steps), two_out], ranks=RANKS, threads=threads)
-        two = json.loads(Path(two_out).read_text())
-    profile, profile_beside = _profile(one), _profile(beside)
+    got = _measure(spec, steps, ranks, rounds, threads)
+    one, measured = got["alone"][0], got["measured"]
+    shape = ModelShape(tensor_bytes=tuple(one["tensor_bytes"]), block_bytes=tuple(one["block_bytes"]))
+    cfg = ScaleAssumptions(overlap=False)  # CPU: the ranks' threads fill the cores (see the docstring)
+    fit = fit_link([CollectiveSample(**s) for s in got["samples"]])
+    profile, profile_beside = _median_profile(got["alone"]), _median_profile(got["beside"])
     k = profile.optimizer_state_bytes / (shape.param_bytes / 4)
     print(f"\n{spec}: W = {_mib(shape.param_bytes)} of fp32 parameters ({len(shape.tensor_bytes)} tensors, "
           f"{len(shape.block_bytes)} blocks + root {_mib(shape.root_bytes)}), K = {k:.2f} optimizer bytes/parameter, "
-          f"{one['threads']} thread(s) per rank, load {os.getloadavg()[0]:.2f}")
-    for name, p in (("alone", profile), (f"beside {RANKS - 1} copy", profile_beside)):
-        print(f"  1 rank {name} (micro-batch of 1/{RANKS} of the global batch): "
+          f"{one['threads']} thread(s) per rank, medians of {rounds} rounds, load {os.getloadavg()[0]:.2f}")
+    for name, p in (("alone", profile), (f"beside {ranks - 1} copies", profile_beside)):
+        print(f"  1 rank {name} (micro-batch of 1/{ranks} of the global batch): "
               f"forward {p.forward_seconds * 1e3:.1f} ms, backward {p.backward_seconds * 1e3:.1f} ms, "
-              f"optimizer {p.optimizer_seconds * 1e3:.1f} ms, "
-              f"peak {_mib(p.peak_bytes)}")
+              f"optimizer {p.optimizer_seconds * 1e3:.1f} ms, peak {_mib(p.peak_bytes)}")
     bias = ", ".join(f"{c} {b:+.0%}" for c, b in fit.bias_by_collective.items())
-    print(f"  link fitted on {RANKS} gloo ranks ({fit.samples} samples, 4 KiB..{_mib(2 * largest)}): "
+    print(f"  link fitted on {ranks} gloo ranks ({fit.samples} samples, 4 KiB..{_mib(got['sizes'][-1])}): "
           f"{fit.link.describe()}; relative residual {fit.relative_residual:.1%} (worst {fit.max_relative_error:.1%}); "
           f"mean error by collective: {bias}")
-    print(f"  {'strategy':<8} {'step pred':>9} {'(bounds)':>17} {'measured':>9} {'error':>11} "
+    print(f"  {'strategy':<8} {'step pred':>9} {'(bounds)':>17} {'measured':>9} {'(rounds)':>17} {'error':>11} "
           f"{'pred beside':>11} {'error':>11}   {'peak pred':>10} {'measured':>10} {'error':>8}")
     misses = []
     for kind in STRATEGIES:
-        p = predict(kind, RANKS, profile=profile, shape=shape, link=fit.link, cfg=cfg)
-        q = predict(kind, RANKS, profile=profile_beside, shape=shape, link=fit.link, cfg=cfg)
-        m = two["results"][kind]
+        p = predict(kind, ranks, profile=profile, shape=shape, link=fit.link, cfg=cfg)
+        q = predict(kind, ranks, profile=profile_beside, shape=shape, link=fit.link, cfg=cfg)
+        m = measured[kind]
         errors = {"step time (1 rank alone)": _error(p.step.predicted_seconds, m["step"], STEP_TARGET),
-                  "step time (1 rank beside a copy)": _error(q.step.predicted_seconds, m["step"], STEP_TARGET),
+                  "step time (1 rank beside copies)": _error(q.step.predicted_seconds, m["step"], STEP_TARGET),
                   "peak memory": _error(p.memory.peak_bytes, m["peak"], PEAK_TARGET)}
-        misses += [f"{spec} {kind} {what} {e}" for what, e in errors.items() if "MISS" in e]
+        misses += [f"{spec} {kind} at {ranks} ranks: {what} {e}" for what, e in errors.items() if "MISS" in e]
         step_err, beside_err, peak_err = errors.values()
+        low, high = m["step_range"]
         print(f"  {kind:<8} {p.step.predicted_seconds * 1e3:>7.1f}ms "
               f"({p.step.full_overlap_seconds * 1e3:>6.1f}-{p.step.no_overlap_seconds * 1e3:>6.1f}ms) "
-              f"{m['step'] * 1e3:>7.1f}ms {step_err:>11} {q.step.predicted_seconds * 1e3:>9.1f}ms {beside_err:>11}   "
+              f"{m['step'] * 1e3:>7.1f}ms ({low * 1e3:>6.1f}-{high * 1e3:>6.1f}ms) {step_err:>11} "
+              f"{q.step.predicted_seconds * 1e3:>9.1f}ms {beside_err:>11}   "
               f"{_mib(p.memory.peak_bytes):>10} {_mib(m['peak']):>10} {peak_err:>8}")
-    print("  comm per step, derived from the shape | counted on the 2-rank run (printed only, not an input):")
+    print(f"  comm per step, derived from the shape | counted on the {ranks}-rank run (printed only, not an input):")
     for kind in STRATEGIES:
-        m, derived = two["results"][kind], {}
+        m, derived = measured[kind], {}
         for c in comm_calls(kind, shape, cfg):
             derived.setdefault(c.collective, [0, 0])
             derived[c.collective][0] += c.nbytes
@@ -286,19 +315,25 @@ def main(argv: list[str]) -> None:
     parser.add_argument("workloads", nargs="*", default=["gpt-mini", "hf-llama"])
     parser.add_argument("--interconnect", default="100Gbps,5us",
                         help="the assumed link for the 8/64/512-rank table: BANDWIDTH,LATENCY")
+    parser.add_argument("--ranks", type=int, default=2,
+                        help="ranks to predict and run (more than the cores: oversubscribed, and said so)")
     parser.add_argument("--steps", type=int, default=8, help="timed steps per measurement")
+    parser.add_argument("--rounds", type=int, default=3, help="repeats of the whole measurement sequence")
     args = parser.parse_args(argv)
-    threads = max(1, (os.cpu_count() or 1) // RANKS)  # the cores a rank gets when 2 share the machine
-    print(f"scale model: {RANKS} ranks predicted from 1, {threads} thread(s) per rank, "
-          f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.2f} at start")
-    misses = [m for spec in args.workloads for m in evaluate(spec, args.steps, args.interconnect, threads)]
+    cores = os.cpu_count() or 1
+    threads = max(1, cores // args.ranks)  # the cores a rank gets when the ranks share the machine
+    over = f", OVERSUBSCRIBED ({args.ranks} ranks x {threads} thread on {cores} cores)" if args.ranks > cores else ""
+    print(f"scale model: {args.ranks} ranks predicted from 1, {threads} thread(s) per rank, "
+          f"{cores} cores{over}, load {os.getloadavg()[0]:.2f} at start")
+    misses = [m for spec in args.workloads
+              for m in evaluate(spec, args.steps, args.ranks, args.rounds, args.interconnect, threads)]
     print(f"\nload {os.getloadavg()[0]:.2f} at end")
     print("targets missed:\n  " + "\n  ".join(misses) if misses else "every target met")
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--one"]:
-        one_rank(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+        one_rank(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
     elif sys.argv[1:2] == ["--bench"]:
         bench(json.loads(sys.argv[2]), sys.argv[3])
     elif sys.argv[1:2] == ["--two"]:
