@@ -3,7 +3,10 @@
 Inputs, all measured without running N ranks:
 
 - :class:`StepProfile`: one rank's forward, backward and optimizer seconds of a step on the
-  per-rank micro-batch it would get at N ranks, and that step's peak memory;
+  per-rank micro-batch it would get at N ranks, and that step's peak memory. On a CPU host
+  whose cores the ranks share, measure it with the host's other ranks' compute running
+  beside it (copies of the same 1-rank step, no process group): a rank alone on the machine
+  does not see the cores and memory bandwidth its neighbours take;
 - :class:`ModelShape`: the bytes of each parameter tensor and of each repeated block
   (:func:`model_shape`), from which each strategy's collectives are derived;
 - a :class:`~torchsmith.distributed.alpha_beta.Link` (fitted to collective microbenchmarks,
@@ -54,19 +57,25 @@ What this model leaves out
 - Topology: one alpha-beta link between every pair of ranks. No NVLink-within-node versus
   network-between-nodes hierarchy, no switch oversubscription, no congestion.
 - NCCL's tree and other non-ring algorithms (lower latency at large N), gloo's own choice
-  of algorithm (absorbed into the fitted alpha and beta at the fitted rank count only),
-  protocol switches between small and large messages.
+  of algorithm (absorbed into the fitted alpha and beta at the fitted rank count only; on
+  loopback gloo's reduce_scatter and all_gather cost more than the ring formula's share of
+  its all_reduce, which ``LinkFit.bias_by_collective`` shows), protocol switches between
+  small and large messages.
 - Compute slowed down by communication contending for the same cores or memory bandwidth
-  (on a CPU host, gloo's threads share the ranks' cores), other tenants of the machine.
+  (on a CPU host, gloo's threads share the ranks' cores), and, unless the profile was measured
+  beside copies of itself, by the other ranks' compute on the same host; other tenants.
+- Mixed precision: weights, gradients and buckets are taken in the parameters' own dtype.
 - Data loading, evaluation, checkpoints, and the CPU cost of FSDP2's copy-in/copy-out of
   gathered buffers; DDP's first-iteration bucket rebuild.
-- Broadcast trees (costed as an all-gather), all-reduce of the loss for logging, and
+- Broadcast trees: a broadcast is costed as an all-gather, (N-1) alpha each, where a tree
+  pays log2(N) alpha; ZeRO-1's one broadcast per parameter tensor is therefore overestimated
+  at large N. Also the all-reduce of the loss for logging, and
   allocator fragmentation or caching (CUDA's reserved-but-unallocated memory).
 
 Example::
 
     pred = predict("fsdp2", 64, profile=profile, shape=shape, link=parse_interconnect("100Gbps,5us"))
-    pred.step.predicted_seconds, pred.peak_bytes
+    pred.step.predicted_seconds, pred.memory.peak_bytes
 """
 
 from __future__ import annotations
@@ -91,7 +100,7 @@ class StepProfile:
     """One rank's measured step on the per-rank micro-batch (a 1-rank run, no process group needed)."""
 
     forward_seconds: float
-    """Median forward (with the loss) time of a step."""
+    """Median forward (with the loss) time of a step, alone or beside copies (see the module docstring)."""
     backward_seconds: float
     """Median backward time: the window DDP's bucket all-reduces can hide under."""
     optimizer_seconds: float
