@@ -5,13 +5,15 @@
 
 Per workload, separate jobs, so the prediction never sees the run it predicts:
 
-1. one process (no process group) trains the workload as written on the micro-batch one rank
-   gets at N ranks, with the N-rank run's threads per rank, and measures forward, backward and
-   optimizer medians and a steady step's peak memory (torchsmith.measure.memory: on CPU the
+1. one process, in a world-size-1 gloo group (no one to communicate with), trains the workload
+   as written and under each strategy on the micro-batch one rank gets at N ranks, with the
+   N-rank run's threads per rank, and measures forward, backward and optimizer medians per
+   strategy (the strategy's own compute: bucket copies, hooks, DTensor parameters) and the plain
+   step's peak memory (torchsmith.measure.memory: on CPU the
    "cpu-profiler-allocator-events" method, i.e. the bytes reachable from the model, optimizer
    state and DDP's gradient buckets plus every byte the CPU allocator hands out on the training
    thread during the step; gloo's own threads' allocations are not seen). Then the same with
-   N - 1 copies of it running beside it (still no process group, no communication): on a CPU
+   N - 1 copies of it running beside it (each in its own world-size-1 group): on a CPU
    host the ranks share its cores and memory bandwidth, which a rank alone does not see;
 2. a torchrun job of N gloo ranks runs the collective microbenchmark
    (torchsmith.distributed.collective_bench) from 4 KiB to 2x the largest collective the model
@@ -34,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -75,34 +78,60 @@ def _local_optimizer(optimizer):
 
 
 def one_rank(spec: str, steps: int, ranks: int, out: str) -> None:
-    """Job 1: the 1-rank measurements the prediction is made from."""
+    """Job 1: the 1-rank measurements the prediction is made from, in a world-size-1 gloo group.
+
+    Each strategy is timed at world size 1, where its collectives have no one to talk to: what
+    remains is the strategy's own compute (DDP's bucket copies, ZeRO-1's wrapped optimizer, FSDP2's
+    hooks and DTensor parameters). The peak memory is the plain (single) step's."""
     import torch
 
-    from torchsmith.distributed.runtime import shard_batch
+    from torchsmith.distributed.runtime import init_from_env, shard_batch, shutdown
     from torchsmith.distributed.scale_model import model_shape
     from torchsmith.distributed.zero1 import optimizer_state_bytes
     from torchsmith.measure.memory import track_peak_memory
     from torchsmith.measure.timing import PhaseTimer
 
-    w, batches = _batches(spec, WARMUP + steps + 1)
+    init_from_env(torch.device("cpu"))  # RANK=0, WORLD_SIZE=1 from the parent
+    w, batches = _batches(spec, WARMUP + steps + 2)
     local = [shard_batch(b, 0, ranks) for b in batches]  # the micro-batch rank 0 gets at `ranks` ranks
-    step = _fresh_step(w, "single")
-    for b in local[:WARMUP]:
-        step(b)
-    step.timer = timer = PhaseTimer()
-    for b in local[WARMUP:-1]:
-        step(b)
-        timer.end_step()
-    step.timer = None
-    with track_peak_memory("cpu", live=(step.model, step.optimizer)) as mem:
-        step(local[-1])
-    phases = timer.summary(warmup=0).median
-    shape = model_shape(step.model)
-    Path(out).write_text(json.dumps({
-        "threads": torch.get_num_threads(), "forward": phases["forward"], "backward": phases["backward"],
-        "optimizer": phases["optimizer"], "peak": mem.result.peak_bytes,
-        "optimizer_state": optimizer_state_bytes(step.optimizer),
-        "tensor_bytes": list(shape.tensor_bytes), "block_bytes": list(shape.block_bytes)}))
+    result: dict = {"threads": torch.get_num_threads(), "phases": {}}
+    for kind in ("single", *STRATEGIES):
+        step = _fresh_step(w, kind)
+        for b in local[:WARMUP]:
+            step(b)
+        if kind == "single":
+            with track_peak_memory("cpu", live=(step.model, step.optimizer)) as mem:
+                step(local[WARMUP])
+            shape = model_shape(step.model)
+            result.update(peak=mem.result.peak_bytes, optimizer_state=optimizer_state_bytes(step.optimizer),
+                          tensor_bytes=list(shape.tensor_bytes), block_bytes=list(shape.block_bytes))
+        _file_barrier(f"{out}.{kind}")
+        step.timer = timer = PhaseTimer()
+        for b in local[WARMUP + 1:-1]:
+            step(b)
+            timer.end_step()
+        step.timer = None
+        step(local[-1])  # untimed: keeps a copy running beside this one busy until its timed steps end
+        phases = timer.summary(warmup=0).median
+        result["phases"][kind] = {p: phases[p] for p in ("forward", "backward", "optimizer")}
+        del step
+    Path(out).write_text(json.dumps(result))
+    shutdown()
+
+
+def _file_barrier(name: str) -> None:
+    """Wait until every copy started side by side (``SCALE_COPIES`` in ``SCALE_BARRIER_DIR``) got here,
+    so that the copies time the same strategy at the same moment; no process group spans them."""
+    folder, copies = os.environ.get("SCALE_BARRIER_DIR"), int(os.environ.get("SCALE_COPIES", "1"))
+    if folder is None or copies == 1:
+        return
+    tag = Path(name).name.split(".", 1)[1]  # the strategy: one barrier per strategy, shared by the copies
+    Path(folder, f"{tag}.{os.getpid()}").touch()
+    deadline = time.monotonic() + 600
+    while len(list(Path(folder).glob(f"{tag}.*"))) < copies:
+        if time.monotonic() > deadline:
+            sys.exit(f"copies never met at the {tag} barrier in {folder}")
+        time.sleep(0.01)
 
 
 def bench(sizes: list[int], out: str) -> None:
@@ -190,13 +219,24 @@ def _job(args: list[str], *, ranks: int, threads: int) -> None:
     _check(subprocess.run(cmd, env=_env(threads), capture_output=True, text=True), args)
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def _side_by_side(args: list[list[str]], *, threads: int) -> None:
-    """Run this file once per ``args`` entry, all at once, as plain processes (no process group)."""
-    procs = [subprocess.Popen([sys.executable, __file__, *a], env=_env(threads), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for a in args]
-    for a, proc in zip(args, procs, strict=True):
-        out, err = proc.communicate()
-        _check(subprocess.CompletedProcess(a, proc.returncode, out, err), a)
+    """Run this file once per ``args`` entry, all at once, each in its own world-size-1 group."""
+    with tempfile.TemporaryDirectory() as barrier:
+        def env() -> dict[str, str]:
+            return {**_env(threads), "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                    "MASTER_PORT": str(_free_port()), "SCALE_BARRIER_DIR": barrier, "SCALE_COPIES": str(len(args))}
+
+        procs = [subprocess.Popen([sys.executable, __file__, *a], env=env(), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for a in args]
+        for a, proc in zip(args, procs, strict=True):
+            out, err = proc.communicate()
+            _check(subprocess.CompletedProcess(a, proc.returncode, out, err), a)
 
 
 def _mib(n: float) -> str:
@@ -208,13 +248,17 @@ def _error(predicted: float, measured: float, target: float) -> str:
     return f"{err:+.1%}{'' if abs(err) <= target else ' MISS'}"
 
 
-def _median_profile(ones: list[dict]):
-    """The per-phase medians over rounds (peak and state are the same in every round)."""
+def _median_profile(ones: list[dict], kind: str):
+    """``kind``'s per-phase medians over rounds, with the plain step's peak and optimizer state."""
     from torchsmith.distributed.scale_model import StepProfile
 
-    return StepProfile(**{f"{phase}_seconds": statistics.median(o[phase] for o in ones)
+    return StepProfile(**{f"{phase}_seconds": statistics.median(o["phases"][kind][phase] for o in ones)
                           for phase in ("forward", "backward", "optimizer")},
                        peak_bytes=max(o["peak"] for o in ones), optimizer_state_bytes=ones[0]["optimizer_state"])
+
+
+def _compute(o: dict) -> float:
+    return sum(sum(phases.values()) for phases in o["phases"].values())
 
 
 def _measure(spec: str, steps: int, ranks: int, rounds: int, threads: int) -> dict:
@@ -234,7 +278,7 @@ def _measure(spec: str, steps: int, ranks: int, rounds: int, threads: int) -> di
             _side_by_side([["--one", spec, str(steps), str(ranks), o] for o in outs[1:]], threads=threads)
             ones = [json.loads(Path(o).read_text()) for o in outs]
             alone.append(ones[0])
-            beside.append(max(ones[1:], key=lambda o: o["forward"] + o["backward"] + o["optimizer"]))
+            beside.append(max(ones[1:], key=_compute))  # the slowest copy: a step waits for the slowest rank
             if not sizes:
                 shape = ModelShape(tensor_bytes=tuple(ones[0]["tensor_bytes"]),
                                    block_bytes=tuple(ones[0]["block_bytes"]))
@@ -253,22 +297,25 @@ def _measure(spec: str, steps: int, ranks: int, rounds: int, threads: int) -> di
 
 def evaluate(spec: str, steps: int, ranks: int, rounds: int, interconnect: str, threads: int) -> list[str]:
     from torchsmith.distributed.alpha_beta import CollectiveSample, fit_link, parse_interconnect
-    from torchsmith.distributed.scale_model import ModelShape, ScaleAssumptions, comm_calls, predict, predict_table
+    from torchsmith.distributed.scale_model import ModelShape, ScaleAssumptions, comm_calls, predict
 
     got = _measure(spec, steps, ranks, rounds, threads)
     one, measured = got["alone"][0], got["measured"]
     shape = ModelShape(tensor_bytes=tuple(one["tensor_bytes"]), block_bytes=tuple(one["block_bytes"]))
     cfg = ScaleAssumptions(overlap=False)  # CPU: the ranks' threads fill the cores (see the docstring)
     fit = fit_link([CollectiveSample(**s) for s in got["samples"]])
-    profile, profile_beside = _median_profile(got["alone"]), _median_profile(got["beside"])
-    k = profile.optimizer_state_bytes / (shape.param_bytes / 4)
+    profile = {kind: _median_profile(got["alone"], kind) for kind in ("single", *STRATEGIES)}
+    profile_beside = {kind: _median_profile(got["beside"], kind) for kind in ("single", *STRATEGIES)}
+    k = profile["single"].optimizer_state_bytes / (shape.param_bytes / 4)
     print(f"\n{spec}: W = {_mib(shape.param_bytes)} of fp32 parameters ({len(shape.tensor_bytes)} tensors, "
           f"{len(shape.block_bytes)} blocks + root {_mib(shape.root_bytes)}), K = {k:.2f} optimizer bytes/parameter, "
           f"{one['threads']} thread(s) per rank, medians of {rounds} rounds, load {os.getloadavg()[0]:.2f}")
-    for name, p in (("alone", profile), (f"beside {ranks - 1} copies", profile_beside)):
-        print(f"  1 rank {name} (micro-batch of 1/{ranks} of the global batch): "
-              f"forward {p.forward_seconds * 1e3:.1f} ms, backward {p.backward_seconds * 1e3:.1f} ms, "
-              f"optimizer {p.optimizer_seconds * 1e3:.1f} ms, peak {_mib(p.peak_bytes)}")
+    print(f"  1 rank (world size 1, micro-batch of 1/{ranks} of the global batch), forward / backward / optimizer; "
+          f"plain step's peak {_mib(profile['single'].peak_bytes)}:")
+    for name, profiles in (("alone", profile), (f"beside {ranks - 1} copies", profile_beside)):
+        print(f"    {name:<17} " + "   ".join(
+            f"{kind} {p.forward_seconds * 1e3:.0f}/{p.backward_seconds * 1e3:.0f}/{p.optimizer_seconds * 1e3:.0f} ms"
+            for kind, p in profiles.items()))
     bias = ", ".join(f"{c} {b:+.0%}" for c, b in fit.bias_by_collective.items())
     print(f"  link fitted on {ranks} gloo ranks ({fit.samples} samples, 4 KiB..{_mib(got['sizes'][-1])}): "
           f"{fit.link.describe()}; relative residual {fit.relative_residual:.1%} (worst {fit.max_relative_error:.1%}); "
@@ -277,8 +324,8 @@ def evaluate(spec: str, steps: int, ranks: int, rounds: int, interconnect: str, 
           f"{'pred beside':>11} {'error':>11}   {'peak pred':>10} {'measured':>10} {'error':>8}")
     misses = []
     for kind in STRATEGIES:
-        p = predict(kind, ranks, profile=profile, shape=shape, link=fit.link, cfg=cfg)
-        q = predict(kind, ranks, profile=profile_beside, shape=shape, link=fit.link, cfg=cfg)
+        p = predict(kind, ranks, profile=profile[kind], shape=shape, link=fit.link, cfg=cfg)
+        q = predict(kind, ranks, profile=profile_beside[kind], shape=shape, link=fit.link, cfg=cfg)
         m = measured[kind]
         errors = {"step time (1 rank alone)": _error(p.step.predicted_seconds, m["step"], STEP_TARGET),
                   "step time (1 rank beside copies)": _error(q.step.predicted_seconds, m["step"], STEP_TARGET),
@@ -303,7 +350,9 @@ def evaluate(spec: str, steps: int, ranks: int, rounds: int, interconnect: str, 
     link = parse_interconnect(interconnect)
     print(f"  predicted at scale over {interconnect} ({link.describe()}) with this rank's compute (alone): "
           "step without / with full overlap, comm share (no overlap), peak per rank")
-    for p in predict_table(TABLE_RANKS, profile=profile, shape=shape, link=link, cfg=cfg):
+    table = [predict(kind, n, profile=profile[kind], shape=shape, link=link, cfg=cfg)
+             for n in TABLE_RANKS for kind in STRATEGIES]
+    for p in table:
         print(f"    {p.ranks:>4} ranks {p.strategy:<6} {p.step.no_overlap_seconds * 1e3:>9.1f} / "
               f"{p.step.full_overlap_seconds * 1e3:>7.1f} ms  comm {p.step.comm_share:>5.1%}  "
               f"peak {_mib(p.memory.peak_bytes)}")
