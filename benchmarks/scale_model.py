@@ -105,7 +105,7 @@ def one_rank(spec: str, steps: int, ranks: int, out: str) -> None:
             shape = model_shape(step.model)
             result.update(peak=mem.result.peak_bytes, optimizer_state=optimizer_state_bytes(step.optimizer),
                           tensor_bytes=list(shape.tensor_bytes), block_bytes=list(shape.block_bytes))
-        _file_barrier(f"{out}.{kind}")
+        _file_barrier(kind)
         step.timer = timer = PhaseTimer()
         for b in local[WARMUP + 1:-1]:
             step(b)
@@ -119,13 +119,13 @@ def one_rank(spec: str, steps: int, ranks: int, out: str) -> None:
     shutdown()
 
 
-def _file_barrier(name: str) -> None:
-    """Wait until every copy started side by side (``SCALE_COPIES`` in ``SCALE_BARRIER_DIR``) got here,
-    so that the copies time the same strategy at the same moment; no process group spans them."""
+def _file_barrier(tag: str) -> None:
+    """Wait until every copy started side by side (``SCALE_COPIES`` in ``SCALE_BARRIER_DIR``) reached
+    barrier ``tag``, so that the copies time the same strategy at the same moment; no process group
+    spans them."""
     folder, copies = os.environ.get("SCALE_BARRIER_DIR"), int(os.environ.get("SCALE_COPIES", "1"))
     if folder is None or copies == 1:
         return
-    tag = Path(name).name.split(".", 1)[1]  # the strategy: one barrier per strategy, shared by the copies
     Path(folder, f"{tag}.{os.getpid()}").touch()
     deadline = time.monotonic() + 600
     while len(list(Path(folder).glob(f"{tag}.*"))) < copies:
@@ -152,7 +152,7 @@ def bench(sizes: list[int], out: str) -> None:
 
 
 def two_ranks(spec: str, steps: int, out: str) -> None:
-    """Job 3 (every rank): the real 2-rank run of each strategy."""
+    """Job 3 (every rank): the real N-rank run of each strategy."""
     import torch
     import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks

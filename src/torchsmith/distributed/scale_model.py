@@ -65,8 +65,10 @@ What this model leaves out
   (on a CPU host, gloo's threads share the ranks' cores), and, unless the profile was measured
   beside copies of itself, by the other ranks' compute on the same host; other tenants.
 - Mixed precision: weights, gradients and buckets are taken in the parameters' own dtype.
-- Data loading, evaluation, checkpoints, and the CPU cost of FSDP2's copy-in/copy-out of
-  gathered buffers; DDP's first-iteration bucket rebuild.
+- Work a strategy does only at N > 1 besides the collectives themselves: FSDP2's copy-in and
+  copy-out of every gathered and reduce-scattered buffer (on a CPU, on the ranks' own cores),
+  DDP's copies into and out of its buckets. A world-size-1 run does not show them.
+- Data loading, evaluation, checkpoints, and DDP's first-iteration bucket rebuild.
 - Broadcast trees: a broadcast is costed as an all-gather, (N-1) alpha each, where a tree
   pays log2(N) alpha; ZeRO-1's one broadcast per parameter tensor is therefore overestimated
   at large N. Also the all-reduce of the loss for logging, and
