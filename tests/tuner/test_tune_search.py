@@ -162,8 +162,10 @@ def test_the_fastest_candidate_wins_not_the_first_to_clear_the_margin():
     result = tune("mlp", budget="10m", knobs=["optimizer"],
                   clock=stub_clock(lambda p: times.get(p.optimizer.impl, 1.0)))
     assert result.plan.optimizer.impl == "fused"
-    slower = [c for c in result.candidates if c.knob == "optimizer" and c.status == "slower"]
-    assert len(slower) == 2 and all("optimizer.impl=fused's speed" in c.reason for c in slower)
+    # The other two won too, by less: "beaten", not "slower" (they are faster than the as-written optimizer).
+    beaten = [c for c in result.candidates if c.knob == "optimizer" and c.status == "beaten"]
+    assert len(beaten) == 2 and all("optimizer.impl=fused's speed" in c.reason for c in beaten)
+    assert all(c.speedup > 1.2 for c in beaten)
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ from torchsmith.tuner.result import Candidate, TuneResult
 _COLOURS = {
     "baseline": "#6e7781",
     "accepted": "#1a7f37",
+    "beaten": "#4ac26b",
     "slower": "#8c959f",
     "not distinguishable": "#bf8700",
     "rejected": "#cf222e",

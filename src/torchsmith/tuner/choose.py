@@ -110,7 +110,8 @@ def choose(knob: str, moves: list[dict[str, Any]], measured: list[PlanMeasuremen
         if i == winner_i:
             winner = verdicts[i] = Candidate.from_measurement(m, base, knob, "accepted", change=change, interval=speed)
             continue
-        status: Status = "not distinguishable" if _straddles(iv) and winner_i is None else "slower"
+        # Against the best so far, not against the winner: a value that also won, only by less, is "beaten".
+        status: Status = ("beaten" if i in contenders else "not distinguishable" if _straddles(iv) else "slower")
         verdicts[i] = Candidate.from_measurement(
             m, base, knob, status, f"{iv.estimate / leader:.2f}x {rival} speed"
             + ("" if winner_i is not None else f" ({iv.describe()} vs the current best; a win needs the "

@@ -9,8 +9,10 @@ from torchsmith.harness.compare import PlanMeasurement
 from torchsmith.measure.intervals import NoiseCalibration, SpeedupInterval
 from torchsmith.plan import Plan
 
-Status = Literal["baseline", "accepted", "slower", "not distinguishable", "rejected", "failed", "n/a"]
+Status = Literal["baseline", "accepted", "beaten", "slower", "not distinguishable", "rejected", "failed", "n/a"]
 """n/a: the transform refused to apply to this model (e.g. channels_last without convolutions).
+beaten: faster than the best so far (its interval clears the margin), but another value of the same
+knob was faster still. slower: its interval over the best so far lies below the win threshold.
 not distinguishable: its 95% interval over the best so far straddled the win threshold even after
 the extra rounds the budget allowed; not adopted."""
 
