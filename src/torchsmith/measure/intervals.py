@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -88,6 +88,28 @@ class SpeedupInterval:
         """``{estimate, low, high, confidence, pairs}``; an unbounded ``high`` is ``None`` (JSON has no inf)."""
         return {"estimate": self.estimate, "low": self.low, "high": self.high if math.isfinite(self.high) else None,
                 "confidence": self.confidence, "pairs": self.pairs}
+
+
+def remeasurement_interval(iv: SpeedupInterval) -> SpeedupInterval:
+    """Where a re-measurement of the same design (as many pairs, rounds or processes) lands, 95 times
+    in 100: the interval a *claim* states, since a claim is checked by measuring again.
+
+    A 95% interval holds the true ratio; it is not where the next estimate falls, because that
+    estimate has noise of its own. The difference of two independent, equally noisy estimates
+    spreads sqrt(2) times as wide as either one, so the interval is widened sqrt(2)-fold about its
+    estimate, on the log scale (where a ratio's noise is symmetric). Measured: ``tune mlp``'s
+    proof claimed 1.32x (95% interval 1.30-1.34) and fresh ``verify`` runs read 1.29x and 1.34x.
+
+    Example::
+
+        remeasurement_interval(SpeedupInterval(estimate=1.3, low=1.2, high=1.4, pairs=8))  # ~1.16-1.45
+    """
+    if not iv.bounded:
+        return iv
+    centre = math.log(iv.estimate)
+    stretch = math.sqrt(2)
+    low = math.exp(centre - stretch * (centre - math.log(iv.low))) if iv.low > 0 else 0.0
+    return replace(iv, low=low, high=math.exp(centre + stretch * (math.log(iv.high) - centre)))
 
 
 def speedup_interval(baseline: Sequence[float], candidate: Sequence[float], *, confidence: float = 0.95,

@@ -270,7 +270,7 @@ class _Search:
             if again[-1].error or again[0].error:
                 break
             evidence.add(Round(baseline=again[0], reference=again[0], candidate=again[-1]))
-        interval = evidence.versus_baseline()
+        interval = evidence.claim()  # what a re-measurement reproduces, not only where the true ratio lies
         kept = evidence.kept()
         base_times = [t for r in kept for t in r.baseline.step_times]
         best_times = [t for r in kept for t in r.candidate.step_times]

@@ -39,7 +39,14 @@ import torch
 from torchsmith.engine.space import Dimension, device_info
 from torchsmith.inject.outcome import KnobOutcome
 from torchsmith.interpreter import other_interpreter_tip
-from torchsmith.measure.intervals import NOISE_MARGIN, AdaptivePairs, NoiseCalibration, SpeedupInterval, calibrate
+from torchsmith.measure.intervals import (
+    NOISE_MARGIN,
+    AdaptivePairs,
+    NoiseCalibration,
+    SpeedupInterval,
+    calibrate,
+    remeasurement_interval,
+)
 from torchsmith.measure.load import busy_note, load_per_core
 from torchsmith.plan import Plan
 from torchsmith.tuner import TuneError, TuneProgress
@@ -359,7 +366,8 @@ class _ScriptSearch:
                 afford_pair=lambda: (decide.pairs < self.cfg.min_pairs
                                      or self.elapsed() + self.pair_cost(best) <= self.cfg.budget_seconds),
                 stop=lambda r: self._guard_rejection(r) is not None, reference_label="proof: baseline")
-            interval = out.interval()
+            measured = out.interval()  # the claim: where a re-measurement of as many pairs lands
+            interval = remeasurement_interval(measured) if measured is not None else None
             base_times = [r.step_seconds or 0.0 for r in out.reference] or base_times
             base_steps = [t for r in out.reference for t in r.step_times] or base_steps
             best_steps = [t for r in out.candidate for t in r.step_times]
