@@ -317,7 +317,7 @@ def _train(ctx: RunContext, start: StartPoint, preemption: Preemption) -> RunRes
         epoch, index, batch, epoch_rng = next(batches)
         timer.add("data", time.perf_counter() - t0)
         # Peak memory is tracked on the second step (a warm-up step, outside the median): the first
-        # may include compilation, and tracking costs ~10% of a step on CPU.
+        # may include compilation, and on CPU tracking (the profiler's allocator events) slows the step it watches.
         with _track_memory(step_fn, out.memory, enabled=step == min(start.step + 2, cfg.steps)):
             out.losses.append(step_fn(distributed.shard(batch) if distributed else batch))
         _report_step(ctx, step, out.losses[-1], timer.end_step())
