@@ -1,5 +1,6 @@
-"""A training script no knob can change: each step is a 25 ms sleep (an I/O-bound loader, a remote
-call) around a tiny model, so threads, the optimizer implementation or compile act on ~1% of it.
+"""A training script the optimizer and compile knobs cannot change: each step is a 25 ms sleep (an
+I/O-bound loader, a remote call) around a tiny model, so they act on ~1% of it. The thread count
+can still matter (waking a second OpenMP thread after each sleep): see benchmarks/false_wins.py.
 
     python benchmarks/scripts/sleep_step.py [--steps 400] [--sleep 0.025]
 """
