@@ -175,9 +175,9 @@ class _Search:
     best_m: PlanMeasurement
     """The latest measurement of ``best``."""
     total: int
+    proof_rounds: ProofRounds
+    """Where the final proof's rounds run (fresh processes when it can)."""
     noise: NoiseCalibration | None = None
-    proof_rounds: ProofRounds | None = None
-    """Where the final proof's rounds run (fresh processes when it can); None: this process."""
     best: Plan = field(default_factory=Plan)
     best_speedup: float | None = 1.0
     candidates: list[Candidate] = field(default_factory=list)
@@ -261,7 +261,7 @@ class _Search:
             return _Proof(Plan(), base_c, base_c, ms, notes + self._memory_notes(Plan(), ms), None,
                           ms[0].step_times, ms[0].step_times)
         evidence = Rounds([Round(baseline=ms[0], reference=ms[0], candidate=ms[-1])])
-        rounds = self._rounds()
+        rounds = self.proof_rounds
         # The least rounds first (fresh processes bound the noise between them), then more while undecided.
         # A dropped burst can leave the kept pairs short of the cap: the round count bounds the loop too.
         while (len(evidence.rounds) < rounds.most and rounds.affordable(steps)
@@ -285,14 +285,8 @@ class _Search:
         return _Proof(plan, base_c, best_c, ms, notes + self._memory_notes(plan, ms),
                       interval if plan != Plan() else None, base_times, best_times)
 
-    def _rounds(self) -> ProofRounds:
-        if self.proof_rounds is None:
-            self.proof_rounds = ProofRounds(self.workload, self.device, self.pace, self.guard.steps, self.clock,
-                                            fresh=False)
-        return self.proof_rounds
-
     def _proof_round(self, plans: list[Plan], steps: int) -> list[PlanMeasurement]:
-        return self._rounds().measure(plans, steps)
+        return self.proof_rounds.measure(plans, steps)
 
     def _memory_notes(self, plan: Plan, ms: list[PlanMeasurement]) -> list[str]:
         if fits(ms[-1], self.memory_limit):
