@@ -331,6 +331,12 @@ class DDP(_Config):
     bucket_cap_mb: int = field(default=25, metadata=_range(1, 1024))
     """MiB of gradients per all-reduce bucket. Larger buckets: fewer, bigger collectives (less
     latency per byte) but later overlap with backward."""
+    gradient_as_bucket_view: bool = False
+    """Make each ``.grad`` a view into its all-reduce bucket instead of a separate tensor: saves one
+    copy of the gradients (memory and a copy per step). Code that replaces ``.grad`` outright breaks it."""
+    static_graph: bool = False
+    """Promise DDP that the set of parameters used, and the graph, are the same every step: it can
+    then skip the per-step search for unused parameters and reorder buckets after the first step."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -490,7 +496,9 @@ def _differences(plan: Any, base: Any, prefix: str = ""):
         if dataclasses.is_dataclass(a) and type(a) is type(b):
             yield from _differences(a, b, name + ".")
         elif dataclasses.is_dataclass(a):
-            args = ",".join(f"{k}={v}" for k, v in _to_json(a).items() if k != "kind")
+            # Only what differs from the variant's own defaults: ``ddp(bucket_cap_mb=100)``, not every field.
+            defaults = _to_json(type(a)())
+            args = ",".join(f"{k}={v}" for k, v in _to_json(a).items() if k != "kind" and v != defaults.get(k))
             yield name, f"{a.kind}({args})" if args else a.kind, b  # type: ignore[union-attr]  # is_dataclass narrows Any; variants have .kind
         else:
             yield name, a, b

@@ -37,7 +37,8 @@ def apply_ddp(parts: StepParts, cfg: DDP) -> Change:
     change = Change("parallel", "ddp")
     mark_applied(model, "parallel", change)
     device_ids = [parts.device.index] if parts.device.type == "cuda" else None
-    ddp = DistributedDataParallel(model, device_ids=device_ids, bucket_cap_mb=cfg.bucket_cap_mb)
+    ddp = DistributedDataParallel(model, device_ids=device_ids, bucket_cap_mb=cfg.bucket_cap_mb,
+                                  gradient_as_bucket_view=cfg.gradient_as_bucket_view, static_graph=cfg.static_graph)
     if cfg.comm_hook is not None:
         # The hook compresses each bucket to 16 bits, all-reduces it, and decompresses into the grads.
         ddp.register_comm_hook(dist.group.WORLD, _HOOKS[cfg.comm_hook])
@@ -48,6 +49,7 @@ def apply_ddp(parts: StepParts, cfg: DDP) -> Change:
 
     change.on_revert(revert)
     change.targets.append(type(model).__name__)
-    hook = f", {cfg.comm_hook} gradient compression" if cfg.comm_hook else ""
-    change.summary = f"DDP over {dist.get_world_size()} ranks ({cfg.bucket_cap_mb} MiB buckets{hook})"
+    extras = [f"{cfg.comm_hook} gradient compression"] if cfg.comm_hook else []
+    extras += ["gradients as bucket views"] * cfg.gradient_as_bucket_view + ["static graph"] * cfg.static_graph
+    change.summary = f"DDP over {dist.get_world_size()} ranks ({', '.join([f'{cfg.bucket_cap_mb} MiB buckets', *extras])})"
     return change
