@@ -497,7 +497,7 @@ def _differences(plan: Any, base: Any, prefix: str = ""):
             yield from _differences(a, b, name + ".")
         elif dataclasses.is_dataclass(a):
             # Only what differs from the variant's own defaults: ``ddp(bucket_cap_mb=100)``, not every field.
-            defaults = _to_json(type(a)())
+            defaults = _to_json(type(a)())  # type: ignore[misc]  # is_dataclass(a) narrows to the instance
             args = ",".join(f"{k}={v}" for k, v in _to_json(a).items() if k != "kind" and v != defaults.get(k))
             yield name, f"{a.kind}({args})" if args else a.kind, b  # type: ignore[union-attr]  # is_dataclass narrows Any; variants have .kind
         else:

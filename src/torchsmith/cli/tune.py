@@ -35,18 +35,27 @@ def tune_command(
         help="Scripts: if two as-written runs differ in loss, "
         "'guard' (widen the guard by that spread, saying so) or 'refuse'.",
     ),
+    nproc_per_node: int = typer.Option(
+        1, "--nproc-per-node", min=1, help="Workloads: measure on N torchrun ranks and search the parallel strategy "
+        "(DDP settings, ZeRO-1, FSDP2) too. Scripts say it to torchrun: -- torchrun --nproc-per-node N train.py"),
     as_json: JsonOption = False,
 ) -> None:
     """Find the fastest plan for WORKLOAD that keeps the loss unchanged, prove it, write plan.json.
 
     \b
     torchsmith tune gpt-mini --budget 3m
+    torchsmith tune mlp --nproc-per-node 2 --budget 5m
     torchsmith tune --budget 5m -- python train.py --lr 3e-4
     """
     from torchsmith.cli.run_script import is_command
 
     args = list(target or [])
     if is_command(args):
+        if nproc_per_node > 1:
+            with user_errors():
+                raise ValueError(f"--nproc-per-node {nproc_per_node} applies to workloads; a script is started by "
+                                 "its own command.\nTip: torchsmith tune -- torchrun --nproc-per-node "
+                                 f"{nproc_per_node} {' '.join(a for a in args if a not in ('python', 'python3'))}")
         from torchsmith.cli.tune_script import tune_script_command
 
         return tune_script_command(
@@ -79,6 +88,7 @@ def tune_command(
                     device=device,
                     knobs=knobs.split(",") if knobs else None,
                     on_progress=progress,
+                    nproc_per_node=nproc_per_node,
                 )
         except WorkloadStepError as err:
             raise ValueError(str(err)) from None
@@ -86,8 +96,9 @@ def tune_command(
     says = error_console if as_json else console  # --json: stdout holds the JSON object alone
     render_tune(result, says)
     says.print(f"plan written to [bold]{out}[/]" + (f", report to [bold]{report_path}[/]" if report_path else ""))
+    launch = f"torchsmith launch --nproc-per-node {nproc_per_node} -- " if nproc_per_node > 1 else "torchsmith "
     says.print(
-        f"use it: torchsmith run {workload or 'gpt-mini'} --plan {out}   or   "
+        f"use it: {launch}run {workload or 'gpt-mini'} --plan {out}   or   "
         "torchsmith.prepare(Plan.load(...), model, optimizer, loss_fn)"
     )
     if as_json:

@@ -51,5 +51,6 @@ def apply_ddp(parts: StepParts, cfg: DDP) -> Change:
     change.targets.append(type(model).__name__)
     extras = [f"{cfg.comm_hook} gradient compression"] if cfg.comm_hook else []
     extras += ["gradients as bucket views"] * cfg.gradient_as_bucket_view + ["static graph"] * cfg.static_graph
-    change.summary = f"DDP over {dist.get_world_size()} ranks ({', '.join([f'{cfg.bucket_cap_mb} MiB buckets', *extras])})"
+    settings = ", ".join([f"{cfg.bucket_cap_mb} MiB buckets", *extras])
+    change.summary = f"DDP over {dist.get_world_size()} ranks ({settings})"
     return change

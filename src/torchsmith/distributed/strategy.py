@@ -39,17 +39,24 @@ def apply_parallel(parts: StepParts, cfg: Parallel) -> Change:
     raise TransformError(f"unknown parallel strategy {cfg!r}")
 
 
-def _candidates(device: DeviceInfo) -> list:
-    # The strategy is chosen at launch (it needs several processes); tune searches one process.
-    return []
+def _candidates(device: DeviceInfo) -> list[Parallel]:
+    """On several ranks: the other strategies, and DDP's communication settings one at a time (the
+    as-written baseline there is ``DDP()``, PyTorch's defaults). One process has nothing to search."""
+    if device.ranks < 2:
+        return []
+    hooks = ["fp16", "bf16"] if device.type == "cuda" else ["fp16"]  # bf16 compression needs NCCL
+    return [DDP(bucket_cap_mb=5), DDP(bucket_cap_mb=100), DDP(gradient_as_bucket_view=True),
+            DDP(static_graph=True), *(DDP(comm_hook=h) for h in hooks),  # type: ignore[arg-type]  # Literal
+            Zero1(), FSDP2(), FSDP2(reshard_after_forward=False)]
 
 
 INFO = TransformInfo(
     name="parallel",
     plan_field="parallel",
-    summary="Distributed data parallelism: DDP, ZeRO-1 or FSDP2 (under torchsmith launch).",
+    summary="Distributed data parallelism: DDP and its bucket size, bucket views, static graph and gradient "
+            "compression, ZeRO-1 or FSDP2 (searched by tune --nproc-per-node).",
     devices=frozenset({"cpu", "cuda"}),
     candidates=_candidates,
     trade="speed",
-    rank=lambda device: 9,
+    rank=lambda device: 0 if device.ranks > 1 else 9,  # on ranks the strategy matters most: searched first
 )

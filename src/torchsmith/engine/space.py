@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,12 +30,16 @@ class Dimension:
             {self.plan_field: v, **companion} for v, companion in self.joint]
 
 
-def device_info(device: torch.device) -> DeviceInfo:
+def device_info(device: torch.device, ranks: int = 1) -> DeviceInfo:
+    """``ranks`` > 1: a job of that many torchrun workers, each with torchrun's default of one
+    intra-op thread (``OMP_NUM_THREADS=1``) unless the environment sets it."""
     from torchsmith.measure.fingerprint import machine_fingerprint
 
     fp = machine_fingerprint()
     native = fp.native_bf16 if device.type == "cpu" else torch.cuda.is_bf16_supported()
-    return DeviceInfo(type=device.type, cores=fp.available_cores, native_bf16=bool(native))
+    threads = int(os.environ.get("OMP_NUM_THREADS", "1")) if ranks > 1 else None
+    return DeviceInfo(type=device.type, cores=fp.available_cores, native_bf16=bool(native),
+                      threads_as_written=threads, ranks=ranks)
 
 
 def search_space(device: DeviceInfo, extra: tuple[TransformInfo, ...] = ()) -> list[Dimension]:

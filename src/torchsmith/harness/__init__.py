@@ -7,6 +7,7 @@ MFU. ``tune``, ``doctor`` and ``bench tips`` all measure through here.
 Modules:
     compare       measure_plans: plans side by side, interleaved, same seed and batches; param_distance
     fresh_round   fresh_round: one round of measure_plans in a fresh process (the unit a claim repeats)
+    rank_round    rank_round: one round of measure_plans on N torchrun ranks (slowest rank, global loss)
     loss_guard    compare_losses: two loss sequences compared, the non-finite rule decided once
     run_metrics   measure_run_metrics: FLOPs per step, the machine's peak and MFU of a finished run
 """

@@ -111,13 +111,15 @@ def _threads(plan: Plan) -> Iterator[None]:
 def measure_plans(workload: Workload, plans: Sequence[Plan], *, warmup: int = 2, steps: int = 6,
                   device: str | torch.device | None = None, reference: int = 0, measure_memory: bool = True,
                   clock: StepTimer = wall_clock, on_step: Callable[[int, int], None] | None = None,
-                  compare_steps: int | None = None) -> list[PlanMeasurement]:
+                  compare_steps: int | None = None,
+                  shard: Callable[[Any], Any] | None = None) -> list[PlanMeasurement]:
     """Measure ``plans`` over ``warmup + steps`` steps each; compare to ``plans[reference]``.
 
     Losses and parameters are compared over the first ``compare_steps`` steps (None: all of
     them), so the comparison's horizon does not grow with the steps that timing needs.
     A plan that fails to apply or to run is returned with ``error`` set; the others go on.
-    ``on_step(done, total)`` reports progress.
+    ``on_step(done, total)`` reports progress. ``shard(batch)`` is this rank's slice of a global batch,
+    inside a process group (``harness.rank_round``); None trains on the whole batch.
     """
     device = resolve_device(device)
     interleave = not any(_has_workers(plan) for plan in plans)
@@ -126,7 +128,7 @@ def measure_plans(workload: Workload, plans: Sequence[Plan], *, warmup: int = 2,
     total_steps = warmup + steps
     if compare_steps is not None and compare_steps >= total_steps:
         compare_steps = None  # every step is compared: the final parameters serve, no copy needed
-    states = [_State.build(workload, plan, device, compare_steps) for plan in plans]
+    states = [_State.build(workload, plan, device, compare_steps, shard) for plan in plans]
     # Interleaved rounds rotate which plan goes first, so no plan always follows the same neighbour.
     rounds = ([states[i % len(states):] + states[:i % len(states)] for i in range(total_steps)] if interleave
               else [[s] * total_steps for s in states])
@@ -221,6 +223,7 @@ class _State:
     losses: list[torch.Tensor] = field(default_factory=list)
     times: list[float] = field(default_factory=list)
     compare_steps: int | None = None
+    shard: Callable[[Any], Any] | None = None
     compared: list[torch.Tensor] | None = None
     """The parameters after ``compare_steps`` steps, when that is fewer than the steps run."""
     peak: int | None = None
@@ -229,7 +232,8 @@ class _State:
     _close: Callable[[], None] | None = None
 
     @classmethod
-    def build(cls, workload: Workload, plan: Plan, device: torch.device, compare_steps: int | None = None) -> _State:
+    def build(cls, workload: Workload, plan: Plan, device: torch.device, compare_steps: int | None = None,
+              shard: Callable[[Any], Any] | None = None) -> _State:
         from torchsmith.transforms.loader import apply_loader
 
         try:
@@ -238,9 +242,9 @@ class _State:
             source, loader_change = apply_loader(workload, plan.loader)
         except Exception as err:  # refused transform, bad config: recorded, not fatal
             return cls(plan, None, [], error=_describe(err), refused=isinstance(err, TransformError))
-        initial = [p.detach().clone() for p in step_fn.model.parameters()]
+        initial = [p.clone() for p in full_parameters(step_fn.model)]
         return cls(plan, step_fn, initial, rng=rng_state(), batches=workload.cycle(source),
-                   compare_steps=compare_steps, _close=loader_change.revert)
+                   compare_steps=compare_steps, shard=shard, _close=loader_change.revert)
 
     def step(self, clock: StepTimer) -> None:
         if self.error is not None:
@@ -251,6 +255,8 @@ class _State:
             assert self.step_fn is not None and self.batches is not None  # as above (closures lose narrowing)
             # Waiting for the next batch is part of the step: a data-bound plan pays for it here.
             batch = next(self.batches)
+            if self.shard is not None:
+                batch = self.shard(batch)
             if self.first_batch is None:
                 self.first_batch = batch
             self.losses.append(self.step_fn(batch))
@@ -262,7 +268,7 @@ class _State:
             self.error = _describe(err)
             return
         if len(self.losses) == self.compare_steps:  # outside the clock: a copy is not part of the step
-            self.compared = [p.detach().clone() for p in self.step_fn.model.parameters()]
+            self.compared = [p.clone() for p in full_parameters(self.step_fn.model)]
 
     def measure_peak(self, device: torch.device) -> None:
         if self.error is not None or self.first_batch is None:
@@ -282,7 +288,7 @@ class _State:
 
     def params_compared(self) -> list[torch.Tensor]:
         assert self.step_fn is not None  # called only on states that built and ran
-        return self.compared if self.compared is not None else list(self.step_fn.model.parameters())
+        return self.compared if self.compared is not None else full_parameters(self.step_fn.model)
 
     def close(self) -> None:
         """Stop this plan's DataLoader workers, if any."""
@@ -307,6 +313,17 @@ class _State:
             first_step_seconds=self.times[0], peak_memory_bytes=self.peak, losses=losses,
             loss_rel_diff=loss_diff, param_rel_diff=param_diff,
         )
+
+
+def full_parameters(model: torch.nn.Module) -> list[torch.Tensor]:
+    """The model's parameters, detached and whole: FSDP2 holds each as a DTensor shard, which is
+    gathered (a collective: every rank of the group calls this in the same order) so that plans with
+    different strategies compare parameter by parameter."""
+    out = []
+    for p in model.parameters():
+        full = getattr(p, "full_tensor", None)  # DTensor's; imported lazily, like FSDP2 itself
+        out.append((full() if callable(full) else p).detach())
+    return out
 
 
 def param_distance(a: list[torch.Tensor], b: list[torch.Tensor], initial: list[torch.Tensor]) -> float:

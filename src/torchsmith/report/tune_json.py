@@ -39,6 +39,7 @@ def tune_json(r: TuneResult) -> dict[str, Any]:
         "baseline": _figures(r.baseline),
         "tuned": _figures(r.best),
         "candidates": [_candidate(c) for c in r.candidates if c.knob not in ("baseline", "best")],
+        "ranks": r.ranks,
         "noise": r.noise.to_json() if r.noise is not None else None,
         "notes": list(r.notes),
     }

@@ -74,6 +74,8 @@ class DeviceInfo:
     threads_as_written: int | None = None
     """Intra-op threads the code runs with as written; None: this process's current count. A script
     tuned from outside runs in a fresh process, with PyTorch's default instead."""
+    ranks: int = 1
+    """Processes the job trains on (``--nproc-per-node``): the parallel strategy is searched above 1."""
 
 
 Trade = Literal["speed", "memory"]

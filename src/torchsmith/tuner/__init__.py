@@ -13,6 +13,7 @@ Modules:
     guard         GuardConfig / guard_rejection: a faster plan counts only if it trains the same
     mfu           MFU of the as-written and the tuned plan, each against its own dtype's peak
     pace          the time budget: what a measurement will cost, how many steps fit
+    rank_rounds   RankRounds: under --nproc-per-node every round is a torchrun job on the ranks
     parse_budget  parse_duration / parse_bytes: ``--budget`` and ``--memory-limit``
     proof_rounds  where a claim's rounds run: fresh processes, so the interval holds in another one
     result        TuneResult / Candidate: every candidate measured, the winner and the proof
@@ -40,12 +41,14 @@ __all__ = ["tune", "TuneResult", "Candidate", "GuardConfig", "TuneError", "TuneP
 def tune(workload: Workload | str | None = None, *, budget: str | float = "5m", memory_limit: str | int | None = None,
          out: str | Path | None = None, guard: GuardConfig = GuardConfig(),
          device: str | None = None, knobs: Sequence[str] | None = None, clock: StepTimer = wall_clock,
-         on_progress: Callable[[TuneProgress], None] | None = None) -> TuneResult:
+         on_progress: Callable[[TuneProgress], None] | None = None, nproc_per_node: int = 1) -> TuneResult:
     """Search the plan space within ``budget`` and return the fastest plan that keeps the loss.
 
     ``out`` writes the plan as JSON; ``torchsmith.write_tune_report(result, path)`` writes the HTML report.
     ``knobs`` limits the search to some transforms, e.g. ``["threads", "compile"]``.
     ``clock`` times one step (tests stub it to prove decisions follow measurements).
+    ``nproc_per_node`` > 1 measures every round on that many torchrun ranks and searches the parallel
+    strategy (DDP's settings, ZeRO-1, FSDP2) too; the workload must then be given by name or spec.
     """
     budget_s = parse_duration(budget)
     limit = parse_bytes(memory_limit)
@@ -53,7 +56,7 @@ def tune(workload: Workload | str | None = None, *, budget: str | float = "5m", 
         raise ValueError(f"the time budget must be positive, got {budget!r}.")
     w = load_workload(workload)
     result = search(w, budget_seconds=budget_s, memory_limit=limit, guard=guard, device=device,
-                    knobs=knobs, clock=clock, on_progress=on_progress)
+                    knobs=knobs, clock=clock, on_progress=on_progress, nproc=nproc_per_node)
     if out is not None:
         result.plan.save(out)
     return result

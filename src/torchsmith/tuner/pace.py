@@ -43,15 +43,20 @@ class Pace:
     """Rounds the final proof reserves: several when each runs in a fresh process (``harness.fresh_round``)."""
     process_start_seconds: float = 0.0
     """What a proof round pays before its first step: a fresh process's start, learnt as rounds run."""
+    round_start_seconds: float = 0.0
+    """What every measurement pays around its steps: a torchrun job's start under ``--nproc-per-node``
+    (``tuner.rank_rounds``); 0 when measurements run in this process."""
 
     @classmethod
     def calibrated(cls, budget_seconds: float, step_seconds: float, warmup: int, plans_to_measure: int,
-                   start: float) -> Pace:
-        """Steps per plan so that ``plans_to_measure`` plans fit ``MEASURED_SHARE`` of what is left."""
-        spent = time.perf_counter() - start
+                   start: float, rounds: int = 0, round_start_seconds: float = 0.0) -> Pace:
+        """Steps per plan so that ``plans_to_measure`` plans fit ``MEASURED_SHARE`` of what is left
+        after ``rounds`` measurements have paid ``round_start_seconds`` each."""
+        spent = time.perf_counter() - start + rounds * round_start_seconds
         steps = int((budget_seconds - spent) * MEASURED_SHARE / (plans_to_measure * step_seconds)) - warmup
         window = max(MAX_STEPS_FLOOR, math.ceil(MIN_WINDOW_SECONDS / step_seconds))
-        return cls(budget_seconds, step_seconds, warmup, min(max(steps, MIN_STEPS), window), start=start)
+        return cls(budget_seconds, step_seconds, warmup, min(max(steps, MIN_STEPS), window), start=start,
+                   round_start_seconds=round_start_seconds)
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
@@ -70,7 +75,8 @@ class Pace:
     def estimate(self, plans: int, steps: int | None = None, setup_seconds: float = 0.0) -> float:
         """Seconds to measure ``plans`` plans (``setup_seconds`` is the one-off cost of all of them)."""
         steps = self.steps if steps is None else steps
-        return plans * (self.warmup + steps) * self.cost_per_plan_step() * ESTIMATE_SAFETY + setup_seconds
+        stepping = plans * (self.warmup + steps) * self.cost_per_plan_step() * ESTIMATE_SAFETY
+        return stepping + setup_seconds + self.round_start_seconds
 
     def proof_round(self) -> float:
         """Seconds of one round of the proof: the best plan beside the baseline, plus its process start."""

@@ -5,7 +5,9 @@ process of its own (``harness.fresh_round``: two levels of noise, and the pairs 
 cannot see the second). From ``PROOF_PROCESSES`` rounds on, the rounds' own ratios widen the
 interval by the noise between processes (``tuner.rounds``). A workload built in Python has no
 spec to rebuild it from, a stub clock (tests) times only this process, and a child can fail:
-then the rounds run here, and :meth:`ProofRounds.note` says what the interval leaves out.
+then the rounds run here, and :meth:`ProofRounds.note` says what the interval leaves out. On
+several ranks (``tune --nproc-per-node``) every round is a fresh torchrun job already
+(``tuner.rank_rounds``), and the proof's rounds are those jobs.
 
 Example::
 
@@ -25,6 +27,7 @@ from torchsmith.harness.compare import PlanMeasurement, StepTimer, measure_plans
 from torchsmith.harness.fresh_round import fresh_round
 from torchsmith.plan import Plan
 from torchsmith.tuner.pace import PROCESS_START_GUESS, Pace
+from torchsmith.tuner.rank_rounds import RankRounds
 from torchsmith.tuner.rounds import BETWEEN_ROUNDS_FROM
 from torchsmith.workload import Workload
 
@@ -51,15 +54,19 @@ class ProofRounds:
     """Rounds measured in fresh processes so far."""
     in_process: int = 0
     """Rounds measured in this process (no spec, a stub clock, or a child that failed)."""
+    ranks: RankRounds | None = None
+    """Set under ``--nproc-per-node``: every round is a job on the ranks."""
 
     @classmethod
     def start(cls, workload: Workload, device: torch.device, pace: Pace, *, compare_steps: int | None,
-              clock: StepTimer, measure_memory: bool = True) -> ProofRounds:
+              clock: StepTimer, measure_memory: bool = True, ranks: RankRounds | None = None) -> ProofRounds:
         """Rounds for ``workload``, in fresh processes when it can be rebuilt there; reserves them in ``pace``."""
-        fresh = workload.spec is not None and clock is wall_clock
+        fresh = ranks is not None or (workload.spec is not None and clock is wall_clock)
         if fresh:
-            pace.proof_rounds, pace.process_start_seconds = PROOF_PROCESSES, PROCESS_START_GUESS
-        return cls(workload, device, pace, compare_steps, clock, measure_memory, fresh)
+            pace.proof_rounds = PROOF_PROCESSES
+            # A job on the ranks pays its start in every estimate already (``Pace.round_start_seconds``).
+            pace.process_start_seconds = 0.0 if ranks is not None else PROCESS_START_GUESS
+        return cls(workload, device, pace, compare_steps, clock, measure_memory, fresh, ranks=ranks)
 
     @property
     def least(self) -> int:
@@ -75,6 +82,11 @@ class ProofRounds:
         there is a ratio to measure: the baseline alone is measured here)."""
         began = time.perf_counter()
         warmup = self.pace.warmup
+        if self.ranks is not None:
+            on_ranks = self.ranks.measure(plans, warmup=warmup, steps=steps, compare_steps=self.compare_steps,
+                                          measure_memory=self.measure_memory)
+            self.processes += not any(m.error for m in on_ranks)
+            return on_ranks
         if self.fresh and len(plans) > 1:
             ms = fresh_round(self.workload.spec, plans, warmup=warmup, steps=steps, device=str(self.device),
                              compare_steps=self.compare_steps, measure_memory=self.measure_memory)
@@ -92,7 +104,7 @@ class ProofRounds:
 
     def affordable(self, steps: int) -> bool:
         """Another round of two plans still fits the budget."""
-        cost = self.pace.estimate(2, steps) + (self.pace.process_start_seconds if self.fresh else 0.0)
+        cost = self.pace.estimate(2, steps) + self.pace.process_start_seconds
         return self.pace.elapsed() + cost <= self.pace.budget_seconds
 
     def note(self) -> str | None:

@@ -100,6 +100,8 @@ class TuneResult:
     baseline_step_times: list[float] = field(default_factory=list)
     best_step_times: list[float] = field(default_factory=list)
     """Timed step seconds of the baseline and of the plan in the proof, every round: their distributions."""
+    ranks: int = 1
+    """Processes every measurement ran on (``--nproc-per-node``); above 1, as written means DDP's defaults."""
 
     @property
     def as_written(self) -> bool:

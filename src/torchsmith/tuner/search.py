@@ -65,7 +65,8 @@ from torchsmith.tuner.choose import (
 from torchsmith.tuner.guard import GuardConfig
 from torchsmith.tuner.mfu import tuned_mfu
 from torchsmith.tuner.pace import MEASURED_SHARE, MIN_PROOF_STEPS, MIN_STEPS, Pace
-from torchsmith.tuner.proof_rounds import ProofRounds
+from torchsmith.tuner.proof_rounds import PROOF_PROCESSES, ProofRounds
+from torchsmith.tuner.rank_rounds import RankRounds, round_failed
 from torchsmith.tuner.result import Candidate, TuneResult
 from torchsmith.tuner.rounds import Round, Rounds
 from torchsmith.workload import Workload
@@ -99,22 +100,26 @@ class TuneProgress:
 def search(workload: Workload, *, budget_seconds: float, memory_limit: int | None = None,
            guard: GuardConfig = GuardConfig(), device: str | None = None, warmup: int = 2,
            knobs: Sequence[str] | None = None, clock: StepTimer = wall_clock,
-           on_progress: Callable[[TuneProgress], None] | None = None) -> TuneResult:
+           on_progress: Callable[[TuneProgress], None] | None = None, nproc: int = 1) -> TuneResult:
     """Run the measured search; see the module docstring for the rules.
 
-    ``knobs`` restricts the search to those transforms (by registered name).
+    ``knobs`` restricts the search to those transforms (by registered name). ``nproc`` > 1 measures
+    every round as a torchrun job of that many ranks (``tuner.rank_rounds``) and searches the
+    parallel strategy too; the as-written baseline is then DDP with PyTorch's defaults.
     """
     start = time.perf_counter()
     dev = resolve_device(device)
     busy = busy_note(load_per_core()) if dev.type == "cpu" else None  # read before our own load adds to it
+    ranks = _rank_rounds(workload, nproc, dev, clock)
     _check_workload_runs(workload, dev)
     not_applicable: list[Candidate] = []
-    dims = _applicable(workload, _dimensions(dev, knobs), dev, not_applicable)
+    dims = _applicable(workload, _dimensions(dev, knobs, nproc), dev, not_applicable)
     calib, noise, pace = _calibrate(workload, dev, [d for d in dims if not d.saves_memory], budget_seconds, start,
-                                    warmup, clock, measure_memory=memory_limit is not None)
-    proof_rounds = ProofRounds.start(workload, dev, pace, compare_steps=guard.steps, clock=clock)
+                                    warmup, clock, measure_memory=memory_limit is not None, ranks=ranks)
+    proof_rounds = ProofRounds.start(workload, dev, pace, compare_steps=guard.steps, clock=clock, ranks=ranks)
     run = _Search(workload, dev, guard, memory_limit, clock, on_progress, pace, best_m=calib,
-                  total=2 + sum(len(d.moves()) + 2 for d in dims) + 2, noise=noise, proof_rounds=proof_rounds)
+                  total=2 + sum(len(d.moves()) + 2 for d in dims) + 2, noise=noise, proof_rounds=proof_rounds,
+                  ranks=ranks)
     run.report("baseline")
     noisy = _noise_note(noise, pace)
     for dim in dims:
@@ -122,6 +127,8 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
     run.second_look(dims)
     proof = run.prove()
     result = run.result(proof, not_applicable)
+    if ranks is not None:
+        result.notes.insert(0, ranks.note())
     if noisy:
         result.notes.insert(0, noisy)
     if busy:
@@ -178,6 +185,8 @@ class _Search:
     proof_rounds: ProofRounds
     """Where the final proof's rounds run (fresh processes when it can)."""
     noise: NoiseCalibration | None = None
+    ranks: RankRounds | None = None
+    """Set under ``--nproc-per-node``: every measurement is a torchrun job on the ranks."""
     best: Plan = field(default_factory=Plan)
     best_speedup: float | None = 1.0
     candidates: list[Candidate] = field(default_factory=list)
@@ -204,6 +213,9 @@ class _Search:
         plans = self._beside_best([self.best.replace(**m) for m in moves])
         ms = self._measure(plans, steps, dim.name)
         base_m, current = ms[0], ms[1] if self.best != Plan() else ms[0]
+        if round_failed(ms):  # the job on the ranks failed as a whole: this knob's candidates with it
+            self._round_lost(dim.name, ms[-len(moves):])
+            return
         if base_m.error:
             raise TuneError(f"the baseline of {self.workload.name} failed while measuring {dim.name}: {base_m.error}")
         if not self.candidates:
@@ -233,6 +245,9 @@ class _Search:
             return
         self.report("second look")
         ms = self._measure([Plan(), self.best, *(v for _, v in variants)], self.pace.steps, "second look")
+        if round_failed(ms):
+            self._round_lost("second look", [])
+            return
         base_m, best_m = ms[0], ms[1]
         chosen = choose("second look", [{}] * len(variants), ms[2:], best_m, base_m, self.guard, self.memory_limit)
         if chosen.winner is None:
@@ -296,8 +311,9 @@ class _Search:
                 "--budget searches more memory knobs together, or lower the batch size."]
 
     def result(self, proof: _Proof, not_applicable: list[Candidate]) -> TuneResult:
-        baseline_mfu, best_mfu = tuned_mfu(self.workload, self.device, proof.baseline.step_seconds,
-                                           proof.best.step_seconds, proof.plan)
+        # MFU against one device's peak does not describe a job on several ranks: not computed there.
+        baseline_mfu, best_mfu = (None, None) if self.ranks else tuned_mfu(
+            self.workload, self.device, proof.baseline.step_seconds, proof.best.step_seconds, proof.plan)
         self.done = self.total
         self.report("done")
         w = self.workload
@@ -310,7 +326,7 @@ class _Search:
             best_losses=proof.measurements[-1].losses, skipped=self.skipped, notes=proof.notes,
             warmup_steps=self.pace.warmup, timed_steps=self.pace.steps, baseline_mfu=baseline_mfu, best_mfu=best_mfu,
             noise=self.noise, speedup_interval=proof.interval, baseline_step_times=proof.baseline_step_times,
-            best_step_times=proof.best_step_times)
+            best_step_times=proof.best_step_times, ranks=self.ranks.nproc if self.ranks else 1)
 
     # --- helpers ------------------------------------------------------------------------
 
@@ -352,6 +368,12 @@ class _Search:
         return [Plan()] + ([self.best] if self.best != Plan() else []) + plans
 
     def _measure(self, plans: list[Plan], steps: int, label: str) -> list[PlanMeasurement]:
+        if self.ranks is not None:
+            self.report(label)
+            ms = self.ranks.measure(plans, warmup=self.pace.warmup, steps=steps, compare_steps=self.guard.steps,
+                                    measure_memory=True)
+            self.done = min(self.done + len(plans), self.total - 2)
+            return ms
         began, done = time.perf_counter(), self.done
         ms = measure_plans(self.workload, plans, warmup=self.pace.warmup, steps=steps, device=self.device,
                            clock=self.clock, compare_steps=self.guard.steps,
@@ -359,6 +381,15 @@ class _Search:
         self.pace.record(time.perf_counter() - began, len(plans), steps)
         self.done = min(done + len(plans), self.total - 2)
         return ms
+
+    def _round_lost(self, knob: str, ms: list[PlanMeasurement]) -> None:
+        """A round on the ranks that failed as a whole: its candidates are failed, the search goes on."""
+        for m in ms:
+            self.candidates.append(Candidate.from_measurement(m, PlanMeasurement(Plan(), None), knob, "failed",
+                                                              m.error or "", m.plan.describe()))
+        logger.warning("%s: the round on the ranks failed; its candidates are marked failed and the search "
+                       "goes on with %s", knob, self.best.describe())
+        self.report(knob)
 
     def _skip(self, dim: Dimension, why: str) -> None:
         logger.info("%s: not searched: %s", dim.name, why)
@@ -372,22 +403,31 @@ class _Search:
 
 
 def _calibrate(workload: Workload, dev: torch.device, speed_dims: list[Dimension], budget_seconds: float,
-               start: float, warmup: int, clock: StepTimer,
-               measure_memory: bool) -> tuple[PlanMeasurement, NoiseCalibration, Pace]:
+               start: float, warmup: int, clock: StepTimer, measure_memory: bool,
+               ranks: RankRounds | None = None) -> tuple[PlanMeasurement, NoiseCalibration, Pace]:
     """Time the as-written plan against itself (A/A), interleaved: its step time sets the steps each
     measurement gets within the budget, and the spread of the A/A ratio is the machine's own noise.
 
     Refuses a budget too small for the floor: the baseline beside one candidate, then the proof.
     """
-    first, second = measure_plans(workload, [Plan(), Plan()], warmup=1, steps=CALIBRATION_STEPS, device=dev,
-                                  clock=clock, measure_memory=measure_memory)
+    if ranks is not None:
+        first, second = ranks.measure([Plan(), Plan()], warmup=1, steps=CALIBRATION_STEPS, compare_steps=None,
+                                      measure_memory=measure_memory)
+    else:
+        first, second = measure_plans(workload, [Plan(), Plan()], warmup=1, steps=CALIBRATION_STEPS, device=dev,
+                                      clock=clock, measure_memory=measure_memory)
     calib = first
     if calib.error or second.error:
         raise TuneError(f"the baseline of {workload.name} failed while calibrating: {calib.error or second.error}")
     noise = calibrate(*paired_seconds(first, second))
     step_s = calib.step_seconds or 1e-3
     plans_to_measure = 2 + sum(len(d.moves()) + 2 for d in speed_dims) + 2
-    pace = Pace.calibrated(budget_seconds, step_s, warmup, plans_to_measure, start)
+    # On ranks every measurement is a job that pays its start: one per knob, the second look, the proof's.
+    rounds = len(speed_dims) + 1 + PROOF_PROCESSES if ranks is not None else 0
+    pace = Pace.calibrated(budget_seconds, step_s, warmup, plans_to_measure, start, rounds,
+                           ranks.job_start_seconds if ranks is not None else 0.0)
+    if ranks is not None:
+        ranks.pace = pace
     need = pace.elapsed() + pace.estimate(4, MIN_STEPS)
     if budget_seconds < need:
         spent = pace.elapsed()
@@ -415,8 +455,24 @@ def _setup_seconds(plans: list[Plan], dims: list[Dimension], reference: Plan) ->
                and getattr(p, d.plan_field) not in (getattr(reference, d.plan_field), getattr(Plan(), d.plan_field)))
 
 
-def _dimensions(dev: torch.device, knobs: Sequence[str] | None) -> list[Dimension]:
-    dims = search_space(device_info(dev))
+def _rank_rounds(workload: Workload, nproc: int, dev: torch.device, clock: StepTimer) -> RankRounds | None:
+    """Where the rounds of a search on ``nproc`` ranks run; None for one process."""
+    if nproc < 1:
+        raise TuneError(f"--nproc-per-node must be at least 1; found {nproc}.")
+    if nproc == 1:
+        return None
+    if workload.spec is None:
+        raise TuneError(f"tuning {workload.name!r} on {nproc} ranks needs a workload every rank can rebuild: a "
+                        "built-in name, pkg.mod:fn or file.py:fn; this one was built in Python.\n"
+                        "Tip: torchsmith tune --nproc-per-node 2 my_workloads.py:workload")
+    if clock is not wall_clock:
+        raise TuneError("a search on several ranks times steps on the ranks; a stub clock cannot reach them.\n"
+                        "Tip: test decisions with a stub clock on one process (nproc=1).")
+    return RankRounds(workload.spec, nproc, dev)
+
+
+def _dimensions(dev: torch.device, knobs: Sequence[str] | None, nproc: int = 1) -> list[Dimension]:
+    dims = search_space(device_info(dev, ranks=nproc))
     if knobs is None:
         return dims
     unknown = sorted(set(knobs) - {d.name for d in dims})
@@ -431,6 +487,9 @@ def _applicable(workload: Workload, dims: list[Dimension], dev: torch.device, ou
     without the knobs left with none: no time is spent measuring around a refused transform."""
     kept = []
     for dim in dims:
+        if dim.plan_field == "parallel":  # needs the ranks' process group: a refusal shows in its round
+            kept.append(dim)
+            continue
         values = []
         for value in dim.candidates:
             plan = Plan().replace(**{dim.plan_field: value})

@@ -1,0 +1,78 @@
+"""Where ``tune --nproc-per-node N`` measures: every round a torchrun job of N ranks.
+
+The search itself runs in this process, unchanged: it decides, the ranks only measure
+(``harness.rank_round``), so no decision can diverge between ranks and hang them. Each round pays a
+job's start (importing torch on every rank, the rendezvous); the pace learns that cost from the first
+round and counts it in every estimate, apart from the cost of the steps.
+
+Example::
+
+    ranks = RankRounds("mlp", nproc=2, device=torch.device("cpu"))
+    ms = ranks.measure([Plan(), Plan(parallel=Zero1())], warmup=2, steps=12, compare_steps=None,
+                       measure_memory=False)
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from torchsmith.harness.compare import PlanMeasurement
+from torchsmith.harness.rank_round import ROUND_FAILED, rank_round
+from torchsmith.plan import Plan
+from torchsmith.tuner.pace import Pace
+
+log = logging.getLogger(__name__)
+
+JOB_START_GUESS = 10.0
+"""Seconds a torchrun job of a few CPU ranks takes to start and end, until one has been timed."""
+
+
+@dataclass
+class RankRounds:
+    spec: str
+    nproc: int
+    device: torch.device
+    pace: Pace | None = None
+    """Set once the calibration has made one; each round then records its cost there."""
+    job_start_seconds: float = JOB_START_GUESS
+    """What the last round paid around its steps: the job's start and end."""
+    rounds: int = 0
+    restarts: int = 0
+    """Rounds that torchrun had to restart (a rank failed) before they answered."""
+    failed: int = 0
+    """Rounds that gave no answer."""
+
+    def measure(self, plans: list[Plan], *, warmup: int, steps: int, compare_steps: int | None,
+                measure_memory: bool) -> list[PlanMeasurement]:
+        """One round of ``plans`` on the ranks; every plan failed (``error`` set) when the round did."""
+        r = rank_round(self.spec, plans, nproc=self.nproc, warmup=warmup, steps=steps, device=str(self.device),
+                       compare_steps=compare_steps, measure_memory=measure_memory)
+        self.rounds += 1
+        self.restarts += bool(r.restarts)
+        if r.error is not None:
+            self.failed += 1
+        else:
+            self.job_start_seconds = max(0.0, r.wall_seconds - r.measure_seconds)
+        if self.pace is not None:
+            self.pace.record(r.measure_seconds if r.error is None else r.wall_seconds, len(plans), steps)
+            self.pace.round_start_seconds = self.job_start_seconds
+        return r.measurements
+
+    def note(self) -> str:
+        """What the figures of a search on ranks mean, and what went wrong on the way."""
+        text = (f"measured on {self.nproc} ranks ({'NCCL' if self.device.type == 'cuda' else 'gloo'}), each round a "
+                "fresh torchrun job: a step's time is the slowest rank's, the loss is the global batch's (the mean "
+                "over ranks), memory the largest rank's peak. As written means DDP with PyTorch's defaults.")
+        if self.restarts:
+            text += f" {self.restarts} round(s) were restarted by torchrun after a rank failed, then answered."
+        if self.failed:
+            text += f" {self.failed} round(s) failed on the ranks and their candidates are marked failed (see the log)."
+        return text
+
+
+def round_failed(ms: list[PlanMeasurement]) -> bool:
+    """True when a whole round across ranks failed (no plan has figures), not one plan."""
+    return bool(ms) and all((m.error or "").startswith(ROUND_FAILED) for m in ms)
