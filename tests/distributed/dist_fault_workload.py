@@ -7,6 +7,8 @@ TS_KILL_IN_SAVE=k     rank 0 SIGKILLs itself while committing step k, on the fir
 TS_TERM_AT_STEP=k     rank TS_FAULT_RANK sends itself SIGTERM in step k, on the first attempt (a
                       preemption that reaches one rank only)
 TS_STEP_SLEEP=s       every rank sleeps s seconds per step (so a test's signal lands a few steps in)
+TS_KILL_UNDER_FSDP=1  rank TS_FAULT_RANK SIGKILLs itself in any step of an FSDP2-sharded model, on
+                      every attempt (a plan that kills a rank, for the rank-round and tune tests)
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ def workload():
             time.sleep(float(os.environ["TS_STEP_SLEEP"]))
         value = mlp_loss(model, batch)
         if rank == fault_rank:
+            if os.environ.get("TS_KILL_UNDER_FSDP") and type(model).__name__.startswith("FSDP"):
+                os.kill(os.getpid(), signal.SIGKILL)
             if step == _env("TS_KILL_AT_STEP") and _first_attempt():
                 os.kill(os.getpid(), signal.SIGKILL)
             if step == _env("TS_TERM_AT_STEP") and _first_attempt():

@@ -14,8 +14,13 @@ A plan whose ``parallel`` is ``Single()`` trains under DDP with PyTorch's defaul
 does (``engine.dist_session``): that is the as-written baseline of a job on N ranks.
 
 Each round is a fresh job, so every round is also a fresh process (``harness.fresh_round``'s
-reason). torchrun may restart the job once (``MAX_RESTARTS``): a rank killed mid-round costs a
-re-run of the round, not the search. Rank 0 writes the answer.
+reason). Rank 0 writes the answer.
+
+A step that fails on one rank cannot be recorded and stepped past, as in one process: the other
+ranks wait in its collectives. So a rank whose step raises (its own error, or the broken connection
+of a rank that was killed) writes which plan it was stepping, and exits; torchrun ends the job and
+starts it again (``MAX_RESTARTS``), and the new attempt measures every plan but the failed ones,
+which come back with that error. A killed rank ends its candidate, never the round.
 
 Example::
 
@@ -28,6 +33,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -44,8 +51,10 @@ from torchsmith.text import first_line
 
 log = logging.getLogger(__name__)
 
-MAX_RESTARTS = 1
-"""torchrun restarts a failed round this many times (a killed rank) before the round fails."""
+MAX_RESTARTS = 2
+"""torchrun restarts a failed round this many times (each restart leaves out the plans that failed)."""
+STEP_FAILED_EXIT = 3
+"""A rank's exit status after it wrote down the plan whose step failed."""
 ROUND_FAILED = "the round across ranks failed"
 """How every plan of a round that gave no answer starts its ``error``."""
 
@@ -72,7 +81,7 @@ def rank_round(spec: str, plans: list[Plan], *, nproc: int, warmup: int, steps: 
                compare_steps: int | None = None, measure_memory: bool = False,
                timeout_s: float = 600.0) -> RankRound:
     """``measure_plans`` of ``plans`` on ``nproc`` ranks, in a fresh torchrun job (module docstring)."""
-    from torchsmith.distributed.launch import LaunchConfig, build_command, launch_env
+    from torchsmith.distributed.launch import LaunchConfig, build_command
 
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="torchsmith-ranks-") as tmp:
@@ -83,12 +92,12 @@ def rank_round(spec: str, plans: list[Plan], *, nproc: int, warmup: int, steps: 
         cmd, _ = build_command(LaunchConfig(nproc_per_node=nproc, max_restarts=MAX_RESTARTS),
                                [str(request), str(answer)], entry=["-m", "torchsmith.harness.rank_round"])
         limit = (timeout_s + START_SECONDS) * (1 + MAX_RESTARTS)
-        try:
-            proc = subprocess.run(cmd, env=launch_env(cmd), capture_output=True, text=True, timeout=limit)
-            why = None if proc.returncode == 0 and answer.exists() else \
-                f"torchrun exited {proc.returncode}: {_last_error(proc.stderr)}"
-        except subprocess.TimeoutExpired:
-            why = f"no answer within {limit:.0f} s (a rank hung or the job is too slow for this budget)"
+        code, stderr = _run_job(cmd, limit)
+        failed = _read_failures(answer.with_name("failed"))
+        said = "; ".join(dict.fromkeys(failed.values())) if failed else _last_error(stderr)
+        why = None if code == 0 and answer.exists() else (
+            f"no answer within {limit:.0f} s (a rank hung or the job is too slow for this budget)" if code is None
+            else f"torchrun exited {code}: {said}")
         wall = time.perf_counter() - began
         if why is not None:
             log.warning("round of %s on %d ranks: %s", spec, nproc, why)
@@ -102,27 +111,73 @@ def rank_round(spec: str, plans: list[Plan], *, nproc: int, warmup: int, steps: 
     return RankRound(ms, data["measure_seconds"], wall, restarts=data["restarts"])
 
 
+def _run_job(cmd: list[str], limit: float) -> tuple[int | None, str]:
+    """Run torchrun to the end, or kill it and every rank at ``limit`` (exit None)."""
+    from torchsmith.distributed.launch import launch_env
+
+    proc = subprocess.Popen(cmd, env=launch_env(cmd), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # its own group: a timeout kills the ranks too
+    try:
+        _, stderr = proc.communicate(timeout=limit)
+        return proc.returncode, stderr
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, stderr = proc.communicate()
+        return None, stderr
+
+
 def _last_error(stderr: str) -> str:
-    """The most telling line of a failed job's output: the last one naming an error."""
+    """The most telling line of a failed job's output: the last exception a rank printed (``XError: ...``),
+    not torchrun's own summary."""
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-    named = [ln for ln in lines if "Error" in ln or "error" in ln]
-    return first_line((named or lines or ["no output"])[-1])
+    raised = [ln for ln in lines if re.match(r"^(\w+\.)*\w*(Error|Exception)\b", ln)]
+    return first_line((raised or lines or ["no output"])[-1])
 
 
 # --- on each rank -----------------------------------------------------------------------
 
 
-def _slowest_rank(clock: Any) -> Any:
-    """A step timer whose reading is the slowest rank's (one all-reduce MAX, outside the step)."""
+def _slowest_rank(clock: Any, failures: Path, rank: int) -> Any:
+    """A step timer whose reading is the slowest rank's (one all-reduce MAX, outside the step). A step
+    that raises is written down in ``failures`` and this rank exits (module docstring)."""
     import torch
     import torch.distributed as dist
 
     def timed(plan: Plan, fn: Any) -> float:
-        seconds = torch.tensor([clock(plan, fn)], dtype=torch.float64)
-        dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
+        try:
+            seconds = torch.tensor([clock(plan, fn)], dtype=torch.float64)
+            dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
+        except Exception as err:
+            _write_failure(failures, rank, plan, f"rank {rank}: {type(err).__name__}: {first_line(err)}")
+            log.error("rank %d: a step of %s failed (%s); ending the attempt so torchrun re-runs the round "
+                      "without it", rank, plan.describe(), first_line(err))
+            os._exit(STEP_FAILED_EXIT)  # the other ranks wait in collectives this rank will never join
         return float(seconds.item())
 
     return timed
+
+
+def _plan_key(plan: Plan) -> str:
+    return json.dumps(plan.to_dict(), sort_keys=True)
+
+
+def _write_failure(failures: Path, rank: int, plan: Plan, error: str) -> None:
+    known = _read_failures(failures)
+    known.setdefault(_plan_key(plan), error)
+    mine = failures.with_name(f"{failures.name}.rank{rank}")
+    tmp = mine.with_suffix(".tmp")
+    tmp.write_text(json.dumps(known))
+    tmp.replace(mine)
+
+
+def _read_failures(failures: Path) -> dict[str, str]:
+    """Plans that failed in earlier attempts (by every rank that saw it), and the first error of each."""
+    known: dict[str, str] = {}
+    for path in sorted(failures.parent.glob(f"{failures.name}.rank*")):
+        if path.suffix != ".tmp":
+            for key, error in json.loads(path.read_text()).items():
+                known.setdefault(key, error)
+    return known
 
 
 def _job_figures(ms: list[PlanMeasurement], compare_steps: int | None) -> list[PlanMeasurement]:
@@ -161,7 +216,7 @@ def _mean_losses(ranks: list[tuple[list[float], int | None, str | None]]) -> lis
     return [statistics.fmean(step) for step in zip(*per_rank, strict=True)]
 
 
-def _answer(request: dict[str, Any]) -> dict[str, Any] | None:
+def _answer(request: dict[str, Any], failures: Path) -> dict[str, Any] | None:
     from torchsmith.distributed.runtime import init_from_env, shard_batch, shutdown
     from torchsmith.engine.loop import resolve_device
     from torchsmith.harness.compare import measure_plans, wall_clock
@@ -170,26 +225,32 @@ def _answer(request: dict[str, Any]) -> dict[str, Any] | None:
     ctx = init_from_env(resolve_device(request["device"]))
     if ctx is None:
         raise RuntimeError("harness.rank_round runs under torchrun: RANK and WORLD_SIZE are not set.")
+    failed = _read_failures(failures)
+    plans = [as_run_on_ranks(Plan.from_dict(p), ctx.world_size) for p in request["plans"]]
+    todo = [p for p in plans if _plan_key(p) not in failed]
+    if todo[:1] != plans[:1]:
+        raise RuntimeError(f"the reference plan failed on the ranks: {failed[_plan_key(plans[0])]}")
     try:
-        plans = [as_run_on_ranks(Plan.from_dict(p), ctx.world_size) for p in request["plans"]]
         began = time.perf_counter()
-        ms = measure_plans(load_workload(request["spec"]), plans, warmup=request["warmup"], steps=request["steps"],
+        ms = measure_plans(load_workload(request["spec"]), todo, warmup=request["warmup"], steps=request["steps"],
                            device=ctx.device, compare_steps=request["compare_steps"],
-                           measure_memory=request["measure_memory"], clock=_slowest_rank(wall_clock),
+                           measure_memory=request["measure_memory"],
+                           clock=_slowest_rank(wall_clock, failures, ctx.rank),
                            shard=lambda batch: shard_batch(batch, ctx.rank, ctx.world_size))
-        ms = _job_figures(ms, request["compare_steps"])
+        by_key = {_plan_key(m.plan): m for m in _job_figures(ms, request["compare_steps"])}
         measured = time.perf_counter() - began
     finally:
         shutdown()
     if ctx.rank != 0:
         return None
+    out = [by_key.get(_plan_key(p)) or PlanMeasurement(p, None, error=failed[_plan_key(p)]) for p in plans]
     return {"measure_seconds": measured, "restarts": ctx.restart,
-            "measurements": [{k: v for k, v in asdict(m).items() if k != "plan"} for m in ms]}
+            "measurements": [{k: v for k, v in asdict(m).items() if k != "plan"} for m in out]}
 
 
 def main(argv: list[str]) -> int:
     request_path, answer_path = argv
-    answer = _answer(json.loads(Path(request_path).read_text()))
+    answer = _answer(json.loads(Path(request_path).read_text()), Path(answer_path).with_name("failed"))
     if answer is not None:
         tmp = Path(answer_path + f".{os.getpid()}")
         tmp.write_text(json.dumps(answer))
