@@ -101,8 +101,8 @@ def rank_round(spec: str, plans: list[Plan], *, nproc: int, warmup: int, steps: 
         wall = time.perf_counter() - began
         if why is not None:
             log.warning("round of %s on %d ranks: %s", spec, nproc, why)
-            failed = [PlanMeasurement(p, None, error=f"{ROUND_FAILED}: {why}") for p in plans]
-            return RankRound(failed, 0.0, wall, error=why)
+            lost = [PlanMeasurement(p, None, error=f"{ROUND_FAILED}: {why}") for p in plans]
+            return RankRound(lost, 0.0, wall, error=why)
         data = json.loads(answer.read_text())
     ms = [PlanMeasurement(**{**m, "plan": plan}) for m, plan in zip(data["measurements"], plans, strict=True)]
     if data["restarts"]:
