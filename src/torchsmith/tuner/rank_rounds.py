@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 
 JOB_START_GUESS = 10.0
 """Seconds a torchrun job of a few CPU ranks takes to start and end, until one has been timed."""
+HANG_FACTOR = 5.0
+"""A round that takes this many times its expected stepping (and at least ``MIN_TIMEOUT``) hangs: killed."""
+MIN_TIMEOUT = 120.0
 
 
 @dataclass
@@ -49,7 +52,8 @@ class RankRounds:
                 measure_memory: bool) -> list[PlanMeasurement]:
         """One round of ``plans`` on the ranks; every plan failed (``error`` set) when the round did."""
         r = rank_round(self.spec, plans, nproc=self.nproc, warmup=warmup, steps=steps, device=str(self.device),
-                       compare_steps=compare_steps, measure_memory=measure_memory)
+                       compare_steps=compare_steps, measure_memory=measure_memory,
+                       timeout_s=self._timeout(len(plans) * (warmup + steps)))
         self.rounds += 1
         self.restarts += bool(r.restarts)
         if r.error is not None:
@@ -60,6 +64,12 @@ class RankRounds:
             self.pace.record(r.measure_seconds if r.error is None else r.wall_seconds, len(plans), steps)
             self.pace.round_start_seconds = self.job_start_seconds
         return r.measurements
+
+    def _timeout(self, plan_steps: int) -> float:
+        """Seconds after which a round is taken to hang (a rank stuck in a collective) and killed."""
+        if self.pace is None:  # the calibration: nothing timed yet
+            return 3 * MIN_TIMEOUT
+        return max(MIN_TIMEOUT, HANG_FACTOR * plan_steps * self.pace.cost_per_plan_step())
 
     def note(self) -> str:
         """What the figures of a search on ranks mean, and what went wrong on the way."""

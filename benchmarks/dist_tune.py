@@ -1,0 +1,95 @@
+"""`tune --nproc-per-node 2` against a grid over strategy x bucket size x comm hook (slow).
+
+The grid is what a user without the tuner runs: every point its own torchrun jobs beside DDP's
+defaults, ``ROUNDS`` jobs per point so that each ratio has an interval that holds across
+processes. The points: DDP with 5, 25 (PyTorch's default) and 100 MiB buckets, each without and
+with fp16 gradient compression; ZeRO-1; FSDP2 with and without resharding after forward. The tuner
+searches the parallel knob alone (``--knobs parallel``), so both choose in the same space; its
+values are the grid's single changes plus bucket views and a static graph, not the grid's bucket x
+hook combinations. Then the tuned plan and the grid's best are measured side by side on the ranks,
+``ROUNDS`` jobs, which gives the tuned plan's speed as a fraction of the grid best with its 95%
+interval. Targets (issue 24): >= 0.95 of the grid best, in <= 25% of the grid's time.
+
+    PYTHONPATH=src .venv/bin/python benchmarks/dist_tune.py [--workloads gpt-mini,hf-llama] [--budget 4m]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torchsmith
+from torchsmith.harness.rank_round import rank_round
+from torchsmith.plan import DDP, FSDP2, Plan, Zero1
+from torchsmith.tuner.rounds import Round, Rounds
+
+ROUNDS = 3
+"""Jobs per comparison: the fewest whose ratios bound the noise between processes (``tuner.rounds``)."""
+
+
+def grid() -> list[Plan]:
+    ddp = [DDP(bucket_cap_mb=b, comm_hook=h) for b in (5, 25, 100) for h in (None, "fp16")]
+    return [Plan(parallel=p) for p in (*ddp, Zero1(), FSDP2(), FSDP2(reshard_after_forward=False))]
+
+
+def compare(spec: str, nproc: int, reference: Plan, candidate: Plan, steps: int) -> Rounds | str:
+    """``candidate`` against ``reference`` in ``ROUNDS`` jobs on the ranks; the error when one failed."""
+    rounds = Rounds([])
+    for _ in range(ROUNDS):
+        r = rank_round(spec, [reference, candidate], nproc=nproc, warmup=2, steps=steps, device="cpu",
+                       compare_steps=None, measure_memory=False)
+        ref, cand = r.measurements
+        if not (ref.ok and cand.ok):
+            return ref.error or cand.error or "failed"
+        rounds.add(Round(baseline=ref, reference=ref, candidate=cand))
+    return rounds
+
+
+def one_workload(spec: str, nproc: int, budget: str, steps: int) -> None:
+    print(f"\n== {spec} on {nproc} ranks (gloo), grid of {len(grid())} points, {ROUNDS} jobs each ==", flush=True)
+    began = time.perf_counter()
+    scored: list[tuple[float, Plan]] = []
+    for plan in grid():
+        if plan == Plan(parallel=DDP()):
+            scored.append((1.0, Plan()))  # DDP's defaults: the baseline itself
+            continue
+        got = compare(spec, nproc, Plan(), plan, steps)
+        if isinstance(got, str):
+            print(f"  {plan.describe():45s} failed: {got[:100]}", flush=True)
+            continue
+        speed = got.versus_baseline()
+        print(f"  {plan.describe():45s} {speed.describe()}", flush=True)
+        scored.append((speed.estimate, plan))
+    grid_s = time.perf_counter() - began
+    best = max(scored, key=lambda sp: sp[0])[1]
+
+    began = time.perf_counter()
+    result = torchsmith.tune(spec, budget=budget, knobs=["parallel"], nproc_per_node=nproc)
+    tune_s = time.perf_counter() - began
+    claim = result.speedup_interval.describe() if result.speedup_interval else "as written"
+    print(f"  tuned: {result.plan.describe()}, claimed {claim} over DDP's defaults, in {tune_s:.0f} s", flush=True)
+
+    if result.plan == best:
+        verdict = "the tuned plan is the grid's best: 1.00 of it by identity"
+    else:
+        got = compare(spec, nproc, best, result.plan, steps)
+        verdict = (f"re-measuring failed: {got}" if isinstance(got, str)
+                   else f"tuned / grid best = {got.versus_reference().describe()}")
+    print(f"  grid best: {best.describe()} ({grid_s:.0f} s)")
+    print(f"  {verdict}")
+    print(f"  tune time / grid time = {tune_s / grid_s:.2f}  (targets: >= 0.95 of the grid best, <= 0.25 of its time)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workloads", default="gpt-mini,hf-llama")
+    ap.add_argument("--nproc", type=int, default=2)
+    ap.add_argument("--budget", default="4m", help="the tuner's budget")
+    ap.add_argument("--steps", type=int, default=12, help="timed steps per plan in each grid job")
+    args = ap.parse_args()
+    for spec in args.workloads.split(","):
+        one_workload(spec, args.nproc, args.budget, args.steps)
+
+
+if __name__ == "__main__":
+    main()
