@@ -57,5 +57,14 @@ def test_tune_on_two_ranks_searches_the_strategy_and_a_killed_rank_fails_only_it
             assert c["status"] in ("accepted", "beaten", "slower", "not distinguishable", "rejected"), c
             assert c["interval"] is None or c["interval"]["pairs"] > 0
     assert any("measured on 2 ranks" in n for n in data["notes"]), data["notes"]
+    # The scale model: every strategy predicted at 2 ranks (DDP's and ZeRO-1's measured there too; FSDP2's
+    # candidates failed) and at 8, 64 and 512 over the default interconnect, never measured there.
+    rows = {(r["ranks"], r["strategy"]): r for r in data["scale"]}
+    assert set(rows) == {(n, s) for n in (2, 8, 64, 512) for s in ("ddp", "zero1", "fsdp2")}
+    assert rows[2, "ddp"]["measured_step_seconds"] > 0 and rows[2, "zero1"]["measured_peak_bytes"] > 0
+    assert rows[2, "fsdp2"]["measured_step_seconds"] is None
+    assert all(r["measured_step_seconds"] is None and r["predicted_step_seconds"] > 0
+               for (n, _), r in rows.items() if n > 2)
+    assert data["interconnect"] == "100Gbps,5us"
     Plan.load(tmp_path / "plan.json")  # the plan it hands back loads
     assert "torchsmith launch --nproc-per-node 2 -- run" in proc.stderr

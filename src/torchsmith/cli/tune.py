@@ -38,6 +38,9 @@ def tune_command(
     nproc_per_node: int = typer.Option(
         1, "--nproc-per-node", min=1, help="Workloads: measure on N torchrun ranks and search the parallel strategy "
         "(DDP settings, ZeRO-1, FSDP2) too. Scripts say it to torchrun: -- torchrun --nproc-per-node N train.py"),
+    interconnect: str = typer.Option(
+        "100Gbps,5us", "--interconnect", help="With --nproc-per-node: the link assumed past this machine for the "
+        "scale table at 8, 64 and 512 ranks, BANDWIDTH,LATENCY (e.g. 400Gbps,2us)."),
     as_json: JsonOption = False,
 ) -> None:
     """Find the fastest plan for WORKLOAD that keeps the loss unchanged, prove it, write plan.json.
@@ -89,6 +92,7 @@ def tune_command(
                     knobs=knobs.split(",") if knobs else None,
                     on_progress=progress,
                     nproc_per_node=nproc_per_node,
+                    interconnect=interconnect,
                 )
         except WorkloadStepError as err:
             raise ValueError(str(err)) from None

@@ -70,6 +70,10 @@ class RankRound:
     """Times torchrun restarted the job before this answer (a rank failed, then the round re-ran)."""
     error: str | None = None
     """Why the round gave no answer (the job failed or timed out); None when it answered."""
+    scale_inputs: dict[str, Any] | None = None
+    """The scale model's inputs (``harness.scale_inputs``), when the round was asked for them."""
+    inputs_seconds: float = 0.0
+    """Seconds rank 0 spent measuring ``scale_inputs``: neither steps nor the job's start."""
 
 
 def as_run_on_ranks(plan: Plan, world_size: int) -> Plan:
@@ -79,7 +83,7 @@ def as_run_on_ranks(plan: Plan, world_size: int) -> Plan:
 
 def rank_round(spec: str, plans: list[Plan], *, nproc: int, warmup: int, steps: int, device: str,
                compare_steps: int | None = None, measure_memory: bool = False,
-               timeout_s: float = 600.0) -> RankRound:
+               timeout_s: float = 600.0, with_scale_inputs: bool = False) -> RankRound:
     """``measure_plans`` of ``plans`` on ``nproc`` ranks, in a fresh torchrun job (module docstring)."""
     from torchsmith.distributed.launch import LaunchConfig, build_command
 
@@ -88,7 +92,8 @@ def rank_round(spec: str, plans: list[Plan], *, nproc: int, warmup: int, steps: 
         request, answer = Path(tmp) / "request.json", Path(tmp) / "answer.json"
         request.write_text(json.dumps({
             "spec": spec, "plans": [p.to_dict() for p in plans], "warmup": warmup, "steps": steps,
-            "device": device, "compare_steps": compare_steps, "measure_memory": measure_memory}))
+            "device": device, "compare_steps": compare_steps, "measure_memory": measure_memory,
+            "scale_inputs": with_scale_inputs}))
         cmd, _ = build_command(LaunchConfig(nproc_per_node=nproc, max_restarts=MAX_RESTARTS),
                                [str(request), str(answer)], entry=["-m", "torchsmith.harness.rank_round"])
         limit = (timeout_s + START_SECONDS) * (1 + MAX_RESTARTS)
@@ -108,7 +113,8 @@ def rank_round(spec: str, plans: list[Plan], *, nproc: int, warmup: int, steps: 
     if data["restarts"]:
         log.warning("round of %s on %d ranks: torchrun restarted the job %d time(s) before it answered",
                     spec, nproc, data["restarts"])
-    return RankRound(ms, data["measure_seconds"], wall, restarts=data["restarts"])
+    return RankRound(ms, data["measure_seconds"], wall, restarts=data["restarts"], scale_inputs=data["scale_inputs"],
+                     inputs_seconds=data["inputs_seconds"])
 
 
 def _run_job(cmd: list[str], limit: float) -> tuple[int | None, str]:
@@ -239,12 +245,19 @@ def _answer(request: dict[str, Any], failures: Path) -> dict[str, Any] | None:
                            shard=lambda batch: shard_batch(batch, ctx.rank, ctx.world_size))
         by_key = {_plan_key(m.plan): m for m in _job_figures(ms, request["compare_steps"])}
         measured = time.perf_counter() - began
+        inputs = None
+        if request.get("scale_inputs"):
+            from torchsmith.harness.scale_inputs import scale_inputs
+
+            inputs = scale_inputs(load_workload(request["spec"]), ctx.device, ctx.rank, ctx.world_size)
+        inputs_seconds = time.perf_counter() - began - measured
     finally:
         shutdown()
     if ctx.rank != 0:
         return None
     out = [by_key.get(_plan_key(p)) or PlanMeasurement(p, None, error=failed[_plan_key(p)]) for p in plans]
-    return {"measure_seconds": measured, "restarts": ctx.restart,
+    return {"measure_seconds": measured, "restarts": ctx.restart, "scale_inputs": inputs,
+            "inputs_seconds": inputs_seconds,
             "measurements": [{k: v for k, v in asdict(m).items() if k != "plan"} for m in out]}
 
 

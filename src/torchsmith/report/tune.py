@@ -12,6 +12,7 @@ from rich.table import Table
 
 from torchsmith.measure.intervals import SpeedupInterval
 from torchsmith.report.console import console, fmt_bytes, fmt_rate
+from torchsmith.report.scale import render_scale
 from torchsmith.tuner.result import TuneResult
 from torchsmith.tuner.search import TuneProgress
 
@@ -77,6 +78,7 @@ def render_tune(r: TuneResult, out: Console = console, top: int = 8) -> None:
             out.print(f"[dim]does not apply: {c.change}: {_first_sentence(c.reason, 120)}[/]")
     for knob, why in r.skipped:
         out.print(f"[dim]not searched: {knob}: {why}[/]")
+    render_scale(r.scale, ranks=r.ranks, interconnect=r.interconnect, out=out)
 
 
 def speedup_text(r: TuneResult) -> str:

@@ -40,6 +40,8 @@ def tune_json(r: TuneResult) -> dict[str, Any]:
         "tuned": _figures(r.best),
         "candidates": [_candidate(c) for c in r.candidates if c.knob not in ("baseline", "best")],
         "ranks": r.ranks,
+        "scale": [row.to_json() for row in r.scale],
+        "interconnect": r.interconnect,
         "noise": r.noise.to_json() if r.noise is not None else None,
         "notes": list(r.notes),
     }

@@ -17,6 +17,7 @@ Modules:
     parse_budget  parse_duration / parse_bytes: ``--budget`` and ``--memory-limit``
     proof_rounds  where a claim's rounds run: fresh processes, so the interval holds in another one
     result        TuneResult / Candidate: every candidate measured, the winner and the proof
+    scale_rows    the scale rows of a search on ranks: each strategy predicted at N, 8, 64 and 512 ranks
     rounds        a candidate's evidence: every round it was measured in, pooled, one burst dropped
     script        tune_script / verify_script: the measured search on an unmodified script (a subpackage)
     search        search: the greedy, measured search for the fastest plan that keeps the loss
@@ -32,6 +33,7 @@ from torchsmith.harness.compare import StepTimer, wall_clock
 from torchsmith.tuner.guard import GuardConfig
 from torchsmith.tuner.parse_budget import parse_bytes, parse_duration
 from torchsmith.tuner.result import Candidate, TuneResult
+from torchsmith.tuner.scale_rows import DEFAULT_INTERCONNECT
 from torchsmith.tuner.search import TuneError, TuneProgress, WorkloadStepError, search
 from torchsmith.workload import Workload, load_workload
 
@@ -41,14 +43,16 @@ __all__ = ["tune", "TuneResult", "Candidate", "GuardConfig", "TuneError", "TuneP
 def tune(workload: Workload | str | None = None, *, budget: str | float = "5m", memory_limit: str | int | None = None,
          out: str | Path | None = None, guard: GuardConfig = GuardConfig(),
          device: str | None = None, knobs: Sequence[str] | None = None, clock: StepTimer = wall_clock,
-         on_progress: Callable[[TuneProgress], None] | None = None, nproc_per_node: int = 1) -> TuneResult:
+         on_progress: Callable[[TuneProgress], None] | None = None, nproc_per_node: int = 1,
+         interconnect: str = DEFAULT_INTERCONNECT) -> TuneResult:
     """Search the plan space within ``budget`` and return the fastest plan that keeps the loss.
 
     ``out`` writes the plan as JSON; ``torchsmith.write_tune_report(result, path)`` writes the HTML report.
     ``knobs`` limits the search to some transforms, e.g. ``["threads", "compile"]``.
     ``clock`` times one step (tests stub it to prove decisions follow measurements).
     ``nproc_per_node`` > 1 measures every round on that many torchrun ranks and searches the parallel
-    strategy (DDP's settings, ZeRO-1, FSDP2) too; the workload must then be given by name or spec.
+    strategy (DDP's settings, ZeRO-1, FSDP2) too; the workload must then be given by name or spec, and
+    ``result.scale`` predicts each strategy at 8, 64 and 512 ranks over ``interconnect``.
     """
     budget_s = parse_duration(budget)
     limit = parse_bytes(memory_limit)
@@ -56,7 +60,8 @@ def tune(workload: Workload | str | None = None, *, budget: str | float = "5m", 
         raise ValueError(f"the time budget must be positive, got {budget!r}.")
     w = load_workload(workload)
     result = search(w, budget_seconds=budget_s, memory_limit=limit, guard=guard, device=device,
-                    knobs=knobs, clock=clock, on_progress=on_progress, nproc=nproc_per_node)
+                    knobs=knobs, clock=clock, on_progress=on_progress, nproc=nproc_per_node,
+                    interconnect=interconnect)
     if out is not None:
         result.plan.save(out)
     return result

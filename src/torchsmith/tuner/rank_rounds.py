@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -47,19 +48,24 @@ class RankRounds:
     """Rounds that torchrun had to restart (a rank failed) before they answered."""
     failed: int = 0
     """Rounds that gave no answer."""
+    scale_inputs: dict[str, Any] | None = None
+    """The scale model's inputs, measured on the ranks by the round that asked for them."""
 
     def measure(self, plans: list[Plan], *, warmup: int, steps: int, compare_steps: int | None,
-                measure_memory: bool) -> list[PlanMeasurement]:
-        """One round of ``plans`` on the ranks; every plan failed (``error`` set) when the round did."""
+                measure_memory: bool, with_scale_inputs: bool = False) -> list[PlanMeasurement]:
+        """One round of ``plans`` on the ranks; every plan failed (``error`` set) when the round did.
+        ``with_scale_inputs`` also measures what the scale model needs (``harness.scale_inputs``)."""
         r = rank_round(self.spec, plans, nproc=self.nproc, warmup=warmup, steps=steps, device=str(self.device),
                        compare_steps=compare_steps, measure_memory=measure_memory,
-                       timeout_s=self._timeout(len(plans) * (warmup + steps)))
+                       timeout_s=self._timeout(len(plans) * (warmup + steps)), with_scale_inputs=with_scale_inputs)
+        if r.scale_inputs is not None:
+            self.scale_inputs = r.scale_inputs
         self.rounds += 1
         self.restarts += bool(r.restarts)
         if r.error is not None:
             self.failed += 1
         else:
-            self.job_start_seconds = max(0.0, r.wall_seconds - r.measure_seconds)
+            self.job_start_seconds = max(0.0, r.wall_seconds - r.measure_seconds - r.inputs_seconds)
         if self.pace is not None:
             self.pace.record(r.measure_seconds if r.error is None else r.wall_seconds, len(plans), steps)
             self.pace.round_start_seconds = self.job_start_seconds

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from torchsmith.distributed.scale_model import ScaleRow
 from torchsmith.harness.compare import PlanMeasurement
 from torchsmith.measure.intervals import NoiseCalibration, SpeedupInterval
 from torchsmith.plan import Plan
@@ -102,6 +103,11 @@ class TuneResult:
     """Timed step seconds of the baseline and of the plan in the proof, every round: their distributions."""
     ranks: int = 1
     """Processes every measurement ran on (``--nproc-per-node``); above 1, as written means DDP's defaults."""
+    scale: list[ScaleRow] = field(default_factory=list)
+    """On several ranks: each strategy predicted at ``ranks`` (and measured there) and at 8, 64 and 512
+    ranks over ``interconnect`` (``tuner.scale_rows``); empty on one process."""
+    interconnect: str | None = None
+    """The link assumed past this machine, as given (``--interconnect``)."""
 
     @property
     def as_written(self) -> bool:

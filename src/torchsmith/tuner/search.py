@@ -69,6 +69,7 @@ from torchsmith.tuner.proof_rounds import PROOF_PROCESSES, ProofRounds
 from torchsmith.tuner.rank_rounds import RankRounds, round_failed
 from torchsmith.tuner.result import Candidate, TuneResult
 from torchsmith.tuner.rounds import Round, Rounds
+from torchsmith.tuner.scale_rows import DEFAULT_INTERCONNECT, describe_interconnect, measured_by_strategy, scale_rows
 from torchsmith.workload import Workload
 
 logger = logging.getLogger(__name__)
@@ -100,17 +101,19 @@ class TuneProgress:
 def search(workload: Workload, *, budget_seconds: float, memory_limit: int | None = None,
            guard: GuardConfig = GuardConfig(), device: str | None = None, warmup: int = 2,
            knobs: Sequence[str] | None = None, clock: StepTimer = wall_clock,
-           on_progress: Callable[[TuneProgress], None] | None = None, nproc: int = 1) -> TuneResult:
+           on_progress: Callable[[TuneProgress], None] | None = None, nproc: int = 1,
+           interconnect: str = DEFAULT_INTERCONNECT) -> TuneResult:
     """Run the measured search; see the module docstring for the rules.
 
     ``knobs`` restricts the search to those transforms (by registered name). ``nproc`` > 1 measures
     every round as a torchrun job of that many ranks (``tuner.rank_rounds``) and searches the
-    parallel strategy too; the as-written baseline is then DDP with PyTorch's defaults.
+    parallel strategy too; the as-written baseline is then DDP with PyTorch's defaults, and the result's
+    ``scale`` rows predict each strategy at 8, 64 and 512 ranks over ``interconnect`` (e.g. "100Gbps,5us").
     """
     start = time.perf_counter()
     dev = resolve_device(device)
     busy = busy_note(load_per_core()) if dev.type == "cpu" else None  # read before our own load adds to it
-    ranks = _rank_rounds(workload, nproc, dev, clock)
+    ranks = _rank_rounds(workload, nproc, dev, clock, interconnect)
     _check_workload_runs(workload, dev)
     not_applicable: list[Candidate] = []
     dims = _applicable(workload, _dimensions(dev, knobs, nproc), dev, not_applicable)
@@ -129,6 +132,7 @@ def search(workload: Workload, *, budget_seconds: float, memory_limit: int | Non
     result = run.result(proof, not_applicable)
     if ranks is not None:
         result.notes.insert(0, ranks.note())
+        _add_scale(result, ranks, interconnect)
     if noisy:
         result.notes.insert(0, noisy)
     if busy:
@@ -412,7 +416,7 @@ def _calibrate(workload: Workload, dev: torch.device, speed_dims: list[Dimension
     """
     if ranks is not None:
         first, second = ranks.measure([Plan(), Plan()], warmup=1, steps=CALIBRATION_STEPS, compare_steps=None,
-                                      measure_memory=measure_memory)
+                                      measure_memory=measure_memory, with_scale_inputs=True)
     else:
         first, second = measure_plans(workload, [Plan(), Plan()], warmup=1, steps=CALIBRATION_STEPS, device=dev,
                                       clock=clock, measure_memory=measure_memory)
@@ -455,8 +459,13 @@ def _setup_seconds(plans: list[Plan], dims: list[Dimension], reference: Plan) ->
                and getattr(p, d.plan_field) not in (getattr(reference, d.plan_field), getattr(Plan(), d.plan_field)))
 
 
-def _rank_rounds(workload: Workload, nproc: int, dev: torch.device, clock: StepTimer) -> RankRounds | None:
+def _rank_rounds(workload: Workload, nproc: int, dev: torch.device, clock: StepTimer,
+                 interconnect: str) -> RankRounds | None:
     """Where the rounds of a search on ``nproc`` ranks run; None for one process."""
+    try:
+        describe_interconnect(interconnect)
+    except ValueError as err:
+        raise TuneError(str(err)) from None
     if nproc < 1:
         raise TuneError(f"--nproc-per-node must be at least 1; found {nproc}.")
     if nproc == 1:
@@ -469,6 +478,16 @@ def _rank_rounds(workload: Workload, nproc: int, dev: torch.device, clock: StepT
         raise TuneError("a search on several ranks times steps on the ranks; a stub clock cannot reach them.\n"
                         "Tip: test decisions with a stub clock on one process (nproc=1).")
     return RankRounds(workload.spec, nproc, dev)
+
+
+def _add_scale(result: TuneResult, ranks: RankRounds, interconnect: str) -> None:
+    """The scale rows, from what the first round measured on the ranks (none when it could not)."""
+    if ranks.scale_inputs is None:
+        return
+    result.interconnect = interconnect
+    # Gloo on a CPU whose cores the ranks' threads fill cannot overlap (scale_model.ScaleAssumptions).
+    result.scale = scale_rows(ranks.scale_inputs, nproc=ranks.nproc, measured=measured_by_strategy(result.candidates),
+                              interconnect=interconnect, overlap=ranks.device.type == "cuda")
 
 
 def _dimensions(dev: torch.device, knobs: Sequence[str] | None, nproc: int = 1) -> list[Dimension]:
