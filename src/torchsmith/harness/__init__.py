@@ -9,5 +9,6 @@ Modules:
     fresh_round   fresh_round: one round of measure_plans in a fresh process (the unit a claim repeats)
     rank_round    rank_round: one round of measure_plans on N torchrun ranks (slowest rank, global loss)
     loss_guard    compare_losses: two loss sequences compared, the non-finite rule decided once
+    scale_inputs  scale_inputs: what the scale model needs, measured on the ranks of a job
     run_metrics   measure_run_metrics: FLOPs per step, the machine's peak and MFU of a finished run
 """
