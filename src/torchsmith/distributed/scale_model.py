@@ -336,6 +336,8 @@ class ScaleRow:
     """None where this rank count was not run."""
     measured_peak_bytes: int | None = None
     """None where this rank count was not run."""
+    predicted_comm_seconds: float | None = None
+    """Every collective of the step, hidden or not (the no-overlap bound's communication)."""
 
     def to_json(self) -> dict[str, Any]:
         """A plain dict (JSON types only), the measured fields None where not measured."""
@@ -362,7 +364,8 @@ class Prediction:
     def row(self, *, measured_step_seconds: float | None = None, measured_peak_bytes: int | None = None) -> ScaleRow:
         return ScaleRow(ranks=self.ranks, strategy=self.strategy, predicted_step_seconds=self.step.predicted_seconds,
                         predicted_peak_bytes=self.memory.peak_bytes, measured_step_seconds=measured_step_seconds,
-                        measured_peak_bytes=measured_peak_bytes)
+                        measured_peak_bytes=measured_peak_bytes,
+                        predicted_comm_seconds=self.step.exposed_comm_seconds + self.step.hideable_comm_seconds)
 
 
 def predict(strategy: Strategy, ranks: int, *, profile: StepProfile, shape: ModelShape, link: Link,

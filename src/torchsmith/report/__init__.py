@@ -11,6 +11,7 @@ Modules:
     progress        the progress bar of run: step, loss, throughput, ETA
     run             a RunResult: the summary table and JSON-ready data
     scale           the scale rows of tune --nproc-per-node: each strategy predicted, and measured here
+    scale_html      the HTML report's strategies side by side and scaling curves, on several ranks
     step_time_plot  step-time distributions side by side (box plots) for the HTML reports
     tips            a TipsReport: terminal table, JSON, the markdown of docs/tips.md
     tune            a tuning run in the terminal: progress bar and summary

@@ -8,6 +8,7 @@ from pathlib import Path
 from torchsmith.atomic import atomic_write_text
 from torchsmith.report.console import fmt_bytes, fmt_rate
 from torchsmith.report.html import esc, figure_to_img, fingerprint_table, page, table
+from torchsmith.report.scale_html import scale_sections
 from torchsmith.report.step_time_plot import step_time_boxes
 from torchsmith.report.tune import interval_range
 from torchsmith.tuner.result import Candidate, TuneResult
@@ -71,6 +72,7 @@ def render_tune_html(r: TuneResult) -> str:
         f"steps, then {r.timed_steps} timed steps per candidate and round, each step paired with the baseline's "
         "step of the same round.</p>" + _bar_chart(r, measured, "throughput"),
         "<h2>Peak memory per candidate</h2>" + _bar_chart(r, measured, "memory"),
+        *scale_sections(r),
         "<h2>Loss: baseline vs tuned (same seed, same batches)</h2>" + _loss_chart(r),
         "<h2>All candidates</h2>" + _candidate_table(r, r.candidates),
         "<h2>Rejected and failed</h2>"
