@@ -46,7 +46,8 @@ def render_tune(r: TuneResult, out: Console = console, top: int = 8) -> None:
     summary.add_column(justify="left")
     summary.add_column(justify="right")
     summary.add_row("tuned plan", r.plan.describe())
-    summary.add_row("speedup vs as written (re-measured side by side)", speedup_text(r))
+    summary.add_row("speedup vs as written (re-measured side by side; the interval is where a fresh "
+                    "re-measurement lands, 95 times in 100)", speedup_text(r))
     if r.noise is not None:
         summary.add_row("noise (as written against itself)", r.noise.describe())
     summary.add_row("throughput", f"{fmt_rate(r.throughput(r.baseline), r.throughput_unit)} -> "
