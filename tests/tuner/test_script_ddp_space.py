@@ -5,7 +5,7 @@ adoption text, and how an unapplied DDP knob is read from the injection's typed 
 import pytest
 
 from torchsmith.inject import KnobOutcome, strategy_note, unsupported_knobs
-from torchsmith.inject.ddp import changed_fields
+from torchsmith.inject.ddp import changed_fields, constructor_outcome
 from torchsmith.plan import DDP, FSDP2, Plan, Zero1
 from torchsmith.transforms.base import DeviceInfo
 from torchsmith.tuner.script.adopt import adoption_lines
@@ -100,3 +100,16 @@ def test_only_ddp_plans_are_injectable_into_a_script():
         plan = Plan(parallel=strategy)
         assert unsupported_knobs(plan) == ["parallel"]
         assert f"parallel={strategy.kind} cannot be injected into a script" in strategy_note(plan)
+
+
+@pytest.mark.parametrize(("call", "status", "says"), [
+    ({}, "applied", "DistributedDataParallel(..., bucket_cap_mb=100)"),
+    ({"bucket_cap_mb": None}, "applied", "bucket_cap_mb=100"),
+    ({"bucket_cap_mb": 50}, "applied", "(the script passed bucket_cap_mb=50)"),  # the plan's value wins, named
+    ({"bucket_cap_mb": 100}, "as_written", "the script passes bucket_cap_mb=100 itself"),
+    ({"bucket_cap_mb_list": [5, 25]}, "as_written", "bucket_cap_mb_list"),
+])
+def test_each_ddp_constructor_knob_has_a_typed_outcome(call, status, says):
+    got, detail = constructor_outcome("bucket_cap_mb", 100, call)
+    outcome = KnobOutcome.from_json({"knob": "ddp.bucket_cap_mb", "status": got, "detail": detail})
+    assert outcome.status == status and says in outcome.detail

@@ -24,7 +24,7 @@ import functools
 import inspect
 from typing import Any
 
-from torchsmith.inject.outcome import record
+from torchsmith.inject.outcome import OutcomeStatus, record
 from torchsmith.plan import DDP
 
 DDP_FIELDS = ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "comm_hook")
@@ -60,7 +60,7 @@ def patch_ddp(cfg: DDP, applied: dict[str, dict[str, str]], seen: list[dict[str,
         overrides = {k: v for k, v in ctor.items() if not (k == "bucket_cap_mb" and "bucket_cap_mb_list" in call)}
         orig(self, **{**call, **overrides})
         for k in ctor:
-            record(applied, outcome_key(k), *_constructor_outcome(k, ctor[k], call))
+            record(applied, outcome_key(k), *constructor_outcome(k, ctor[k], call))
         if "comm_hook" in wanted:
             _register_hook_before_first_forward(self, wanted["comm_hook"], applied)
         seen.append(ddp_facts(self))
@@ -109,7 +109,8 @@ def ddp_facts(model: Any) -> dict[str, Any]:
             "backend": str(_backend(model))}
 
 
-def _constructor_outcome(field: str, value: Any, call: dict[str, Any]) -> tuple[Any, str]:
+def constructor_outcome(field: str, value: Any, call: dict[str, Any]) -> tuple[OutcomeStatus, str]:
+    """(status, detail) of setting ``field=value`` in a DDP call whose own arguments were ``call``."""
     if field == "bucket_cap_mb" and "bucket_cap_mb_list" in call:
         return "as_written", "the script sets per-bucket sizes (bucket_cap_mb_list): kept"
     if field not in call or call[field] is None:
