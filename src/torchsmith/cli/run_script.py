@@ -30,7 +30,7 @@ def run_script_command(command: list[str], plan_path: Optional[Path]) -> int:
     """Run ``command`` with the plan injected; return its exit code (killed by signal N: 128 + N, as a shell)."""
     from torchsmith.cli.child_process import run_forwarding_signals
     from torchsmith.cli.common import user_errors
-    from torchsmith.inject import PLAN_ENV_KEY, python_command, script_env, unsupported_knobs
+    from torchsmith.inject import PLAN_ENV_KEY, python_command, script_env, strategy_note, unsupported_knobs
     from torchsmith.plan import Plan
     from torchsmith.report.console import error_console
 
@@ -39,7 +39,7 @@ def run_script_command(command: list[str], plan_path: Optional[Path]) -> int:
         bad = unsupported_knobs(plan)
         if bad:
             raise ValueError(f"{plan_path}: {', '.join(bad)} cannot be applied to a script from outside; "
-                             "they need the training step built by torchsmith.\n"
+                             f"they need the training step built by torchsmith.{strategy_note(plan)}\n"
                              "Tip: tune the script itself (torchsmith tune -- python train.py) for a plan it can "
                              "take, or use torchsmith.prepare(plan, model, optimizer, loss_fn) in the script.")
         cmd = python_command(command)

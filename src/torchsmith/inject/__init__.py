@@ -11,6 +11,7 @@ Modules:
     _site           sitecustomize.py, run first in the script's own process (a folder)
     env             the environment keys, the start-up directory, script_env and python_command
     plan_injection  :class:`PlanInjection`, applying a plan (and, when tuning, measuring a window)
+    ddp             the plan's DDP knobs in the script's own DistributedDataParallel (and refusing other strategies)
     knobs           each knob applied from outside (optimizer, DataLoader, autocast, compile, checkpointing)
     outcome         :class:`KnobOutcome`, what the child did with each knob, as typed JSON
     supported       the plan fields a script can take from outside, and those it cannot
@@ -18,7 +19,7 @@ Modules:
 
 from torchsmith.inject.env import DOCTOR_ENV_KEY, PLAN_ENV_KEY, python_command, script_env
 from torchsmith.inject.outcome import KnobOutcome, OutcomeStatus
-from torchsmith.inject.supported import UNSUPPORTED_FIELDS, unsupported_knobs
+from torchsmith.inject.supported import UNSUPPORTED_FIELDS, strategy_note, unsupported_knobs
 
 __all__ = ["DOCTOR_ENV_KEY", "PLAN_ENV_KEY", "KnobOutcome", "OutcomeStatus", "UNSUPPORTED_FIELDS", "python_command",
-           "script_env", "unsupported_knobs"]
+           "script_env", "strategy_note", "unsupported_knobs"]

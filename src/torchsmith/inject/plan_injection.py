@@ -63,6 +63,8 @@ class ScriptFacts:
     device: str = "cpu"
     optimizer: dict[str, Any] = field(default_factory=dict)
     loaders: list[dict[str, Any]] = field(default_factory=list)
+    ddp: list[dict[str, Any]] = field(default_factory=list)
+    """Each DistributedDataParallel the script built, as it runs (:func:`torchsmith.inject.ddp.ddp_facts`)."""
     written_files: list[str] = field(default_factory=list)
     peak_memory_bytes: int | None = None
     window_done: bool = False
@@ -101,6 +103,7 @@ class PlanInjection:
 
         knobs.patch_optimizers(self.plan.optimizer.impl, self.facts.applied)
         knobs.patch_dataloader(self.plan.loader, self.facts.applied, self.facts.loaders)
+        self._parallel_knobs(torch)
         register_optimizer_step_pre_hook(self._pre_step)
         register_optimizer_step_post_hook(self._post_step)
         if self._needs_model() or self.tuning:
@@ -143,6 +146,21 @@ class PlanInjection:
         if p.backend.cudnn_benchmark is not None:
             torch.backends.cudnn.benchmark = p.backend.cudnn_benchmark
             record(a, "cudnn_benchmark", "applied", str(p.backend.cudnn_benchmark))
+
+    def _parallel_knobs(self, torch: Any) -> None:
+        """The plan's DDP knobs into the script's own DDP; any other strategy is refused (the script owns it)."""
+        from torchsmith.inject import ddp
+        from torchsmith.plan import DDP, Single
+
+        p = self.plan.parallel
+        if not isinstance(p, (DDP, Single)):
+            ddp.refuse_strategy(p, self.facts.applied)
+        if not torch.distributed.is_available():
+            return
+        if isinstance(p, DDP) and ddp.changed_fields(p):
+            ddp.patch_ddp(p, self.facts.applied, self.facts.ddp)
+        elif self.tuning:
+            ddp.observe_ddp(self.facts.ddp)  # the tuner searches DDP knobs only for a script that builds a DDP
 
     def _needs_model(self) -> bool:
         from torchsmith.plan import FP32, NoCheckpointing
@@ -313,6 +331,11 @@ class PlanInjection:
         import torch
 
         f = self.facts
+        from torchsmith.inject import ddp
+        from torchsmith.plan import DDP
+
+        if isinstance(self.plan.parallel, DDP) and ddp.changed_fields(self.plan.parallel) and not f.ddp:
+            ddp.no_ddp_built(f.applied)
         f.written_files = sorted(self._written)
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             f.peak_memory_bytes = torch.cuda.max_memory_allocated()

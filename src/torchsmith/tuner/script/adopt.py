@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from typing import Any
 
 from torchsmith.inject.outcome import KnobOutcome
-from torchsmith.plan import FP32, Autocast, Compile, NoCheckpointing, Plan
+from torchsmith.plan import DDP, FP32, Autocast, Compile, NoCheckpointing, Plan
 
 
 def adoption_lines(plan: Plan, applied: dict[str, KnobOutcome], facts: dict[str, Any]) -> list[str]:
@@ -56,8 +57,25 @@ def adoption_lines(plan: Plan, applied: dict[str, KnobOutcome], facts: dict[str,
     if plan.compile != Compile() and done("compile"):
         mode = "" if plan.compile.mode == "default" else f'mode="{plan.compile.mode}"'
         out.append(f"{var}.compile({mode})  # after building {model}, before the training loop")
+    if isinstance(plan.parallel, DDP):
+        out += _ddp_lines(plan.parallel, done)
     if not isinstance(plan.precision, (FP32, Autocast)):
         out.append(f"# {plan.precision.kind}: not expressible as a script edit; use torchsmith.prepare(plan, ...)")
+    return out
+
+
+def _ddp_lines(cfg: DDP, done: Callable[[str], bool]) -> list[str]:
+    """The script's DDP call as it should be written, with the knobs the injection applied."""
+    base = DDP()
+    args = [f"{f}={getattr(cfg, f)}" for f in ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph")
+            if getattr(cfg, f) != getattr(base, f) and done(f"ddp.{f}")]
+    out = []
+    if args:
+        out.append(f"model = DistributedDataParallel(model, {', '.join(args)})  # your DDP(...) call, with these added")
+    if cfg.comm_hook is not None and done("ddp.comm_hook"):
+        out.append("from torch.distributed.algorithms.ddp_comm_hooks import default_hooks\n"
+                   f"model.register_comm_hook(None, default_hooks.{cfg.comm_hook}_compress_hook)  # after DDP(...), "
+                   "before the first forward")
     return out
 
 

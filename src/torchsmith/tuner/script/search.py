@@ -56,7 +56,8 @@ from torchsmith.tuner.script.adopt import adoption_lines, summarise_written
 from torchsmith.tuner.script.guard import BaselineSpread, baseline_spread, script_guard_rejection
 from torchsmith.tuner.script.pairs import PairedComparison, compare_in_pairs
 from torchsmith.tuner.script.run import ScriptRun, ScriptRunConfig, run_script, window_for
-from torchsmith.tuner.script.space import script_space
+from torchsmith.tuner.script.space import script_space, with_move
+from torchsmith.tuner.script.torchrun import launcher_ranks, threads_as_written
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,8 @@ class ScriptTuneConfig:
     timeout_factor: float = 4.0
     """A run's time limit: this many times the as-written run's wall time (plus compile time for compile)."""
     knobs: tuple[str, ...] | None = None
-    """Search only these knobs (threads, precision, optimizer, loader, backend, compile, checkpointing)."""
+    """Search only these knobs (threads, precision, optimizer, loader, backend, ddp, compile, checkpointing;
+    ``ddp.<field>`` for one DDP knob). DDP's are searched only under ``torchrun --nproc-per-node N > 1``."""
     min_window_seconds: float = 2.0
     """Each run measures at least this many seconds of steps (or every step the script has): shorter
     windows carry more of the process's start-up noise (caches, clock ramp) per step."""
@@ -140,6 +142,8 @@ def unapplied(knob: str, applied: dict[str, KnobOutcome]) -> KnobOutcome | None:
     trains was not found (model knobs), or the script built no object the knob acts on."""
     keys = _APPLIED_KEYS.get(knob, (knob,))
     said = [applied[k] for k in keys if k in applied]
+    if not said and knob.startswith("ddp.") and "parallel" in applied:
+        return applied["parallel"]  # no DDP built, or the strategy refused: every DDP knob is as written
     if not said:
         model = applied.get("model") if knob in _MODEL_KNOBS else None
         return model or KnobOutcome(knob=knob, status="not_applied",
@@ -258,10 +262,12 @@ class _ScriptSearch:
 
     def walk(self) -> None:
         """Greedy over the knobs: each move on top of the best plan so far, in pairs against it."""
-        dims = script_space(device_info(torch.device(self.device)),
-                            uses_loader=bool(self.first and self.first.facts.get("loaders")))
-        if self.cfg.knobs is not None:
-            dims = [d for d in dims if d.name in self.cfg.knobs]
+        facts = self.first.facts if self.first else {}
+        dims = script_space(device_info(torch.device(self.device)), uses_loader=bool(facts.get("loaders")),
+                            ranks=launcher_ranks(self.command), builds_ddp=bool(facts.get("ddp")),
+                            threads_as_written=threads_as_written(self.command, self.env))
+        if self.cfg.knobs is not None:  # "ddp" names all four DDP knobs, "ddp.static_graph" one
+            dims = [d for d in dims if d.name in self.cfg.knobs or d.name.split(".")[0] in self.cfg.knobs]
         if self.cfg.memory_limit is None:
             self.skipped += [(d.name, "trades speed for memory; pass --memory-limit to search it")
                              for d in dims if d.saves_memory]
@@ -269,7 +275,7 @@ class _ScriptSearch:
         self.total += sum(self.cfg.min_pairs * len(d.moves()) for d in dims) + self.cfg.min_pairs
         for dim in dims:
             for move in dim.moves():
-                plan = self.best.replace(**move)
+                plan = with_move(self.best, move)
                 if plan == self.best:
                     continue
                 outcome = self.try_move(dim.name, plan)

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from torchsmith.inject.supported import unsupported_knobs
+from torchsmith.inject.supported import strategy_note, unsupported_knobs
 from torchsmith.measure.intervals import NOISE_MARGIN, AdaptivePairs, SpeedupInterval, Verdict
 from torchsmith.plan import Plan
 from torchsmith.tuner.guard import GuardConfig
@@ -97,7 +97,7 @@ def verify_script(plan: Plan, command: list[str], cfg: ScriptVerifyConfig = Scri
     bad = unsupported_knobs(plan)
     if bad:
         raise ScriptVerifyError(f"{', '.join(bad)} cannot be applied to a script from outside; they need the "
-                                "training step built by torchsmith.\nTip: verify a plan that "
+                                f"training step built by torchsmith.{strategy_note(plan)}\nTip: verify a plan that "
                                 "`torchsmith tune -- python train.py` wrote for this script.")
     start = time.perf_counter()
     run_cfg = replace(cfg.run, short_ok=True)
