@@ -25,7 +25,8 @@ def tune_command(
     report: Optional[Path] = typer.Option(Path("report.html"), "--report", help="Self-contained HTML report."),
     device: DeviceOption = "auto",
     knobs: Optional[str] = typer.Option(
-        None, "--knobs", help="Search only these knobs, comma-separated, e.g. threads,compile."
+        None, "--knobs", help="Search only these knobs, comma-separated, e.g. threads,compile; parallel (the "
+        "strategy, with --nproc-per-node); ddp (a torchrun script's own DDP settings)."
     ),
     window: WindowOption = None,
     pairs: PairsOption = None,
