@@ -324,10 +324,17 @@ class DDP(_Config):
     """``DistributedDataParallel``: full replica per rank, gradients all-reduced in buckets during backward."""
 
     kind: ClassVar[str] = "ddp"
-    comm_hook: Literal["bf16", "fp16"] | None = None
-    """Compress gradients to 16 bits for the all-reduce: half the bytes on the wire. ``"bf16"``
-    keeps fp32's range with ~3 significant digits (NCCL only); ``"fp16"`` keeps ~3.3 digits but
-    can overflow above 65504 (works on gloo too). None all-reduces in the parameters' dtype."""
+    comm_hook: Literal["bf16", "fp16", "powersgd"] | None = None
+    """Compress gradients for the all-reduce. ``"fp16"``/``"bf16"``: to 16 bits, half the bytes on
+    the wire; bf16 keeps fp32's range with ~3 significant digits (NCCL only), fp16 keeps ~3.3 digits
+    but can overflow above 65504 (works on gloo too). ``"powersgd"``: each gradient matrix sent as a
+    rank-``powersgd_rank`` factorisation (Vogels et al., 2019), with error feedback; lossy, far fewer
+    bytes for large layers. None all-reduces in the parameters' dtype."""
+    powersgd_rank: int = field(default=1, metadata=_range(1, 64))
+    """PowerSGD's matrix approximation rank: higher is closer to the exact gradient and sends more."""
+    powersgd_start_iter: int = field(default=2, metadata=_range(2, 10**9))
+    """PowerSGD's warm-up: plain all-reduce for this many steps first (PyTorch's own default is 1000;
+    the tuner measures 2, what it can see within its steps; a longer warm-up is safer for convergence)."""
     bucket_cap_mb: int = field(default=25, metadata=_range(1, 1024))
     """MiB of gradients per all-reduce bucket. Larger buckets: fewer, bigger collectives (less
     latency per byte) but later overlap with backward."""
@@ -355,6 +362,10 @@ class FSDP2(_Config):
     reshard_after_forward: bool = True
     """Free each block's gathered parameters after its forward and all-gather again in backward:
     less memory, one more all-gather per block per step."""
+    mixed_precision: Literal["bf16"] | None = None
+    """``MixedPrecisionPolicy``: ``"bf16"`` gathers the parameters and runs forward and backward in
+    bfloat16 (half the all-gather bytes and bf16 matmuls), reducing gradients in fp32; the sharded
+    master parameters and the optimizer stay fp32. None: everything in the parameters' dtype."""
 
 
 Parallel = Union[Single, DDP, Zero1, FSDP2]

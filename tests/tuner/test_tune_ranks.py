@@ -25,6 +25,10 @@ def test_the_strategy_is_searched_only_on_several_ranks_and_bf16_compression_onl
     on_cpu = PARALLEL.candidates(DeviceInfo(type="cpu", cores=2, ranks=2))
     assert Zero1() in on_cpu and FSDP2() in on_cpu and DDP(comm_hook="fp16") in on_cpu
     assert DDP(comm_hook="bf16") not in on_cpu and DDP() not in on_cpu  # DDP() is the baseline there
+    assert DDP(comm_hook="powersgd", powersgd_rank=4) in on_cpu
+    native = DeviceInfo(type="cpu", cores=2, ranks=2, native_bf16=True)
+    assert FSDP2(mixed_precision="bf16") in PARALLEL.candidates(native)
+    assert FSDP2(mixed_precision="bf16") not in on_cpu  # bf16 compute only where it is native
     assert DDP(comm_hook="bf16") in PARALLEL.candidates(DeviceInfo(type="cuda", cores=2, ranks=2))
     assert PARALLEL.rank(DeviceInfo(type="cpu", ranks=2)) < PARALLEL.rank(DeviceInfo(type="cpu"))  # searched first
 

@@ -8,7 +8,9 @@ the all-reduce runs once per optimizer step instead of once per micro-batch.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
+from typing import Any
 
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -19,6 +21,30 @@ from torchsmith.transforms.base import Change, TransformError, mark_applied
 from torchsmith.transforms.parts import StepParts
 
 _HOOKS = {"bf16": default_hooks.bf16_compress_hook, "fp16": default_hooks.fp16_compress_hook}
+
+
+def comm_hook(cfg: DDP, process_group: Any) -> tuple[Any, Callable[..., Any]]:
+    """The ``(state, hook)`` that ``DistributedDataParallel.register_comm_hook`` takes for ``cfg.comm_hook``
+    (the state of the 16-bit hooks is the process group; PowerSGD's is its own, holding the error feedback)."""
+    if cfg.comm_hook == "powersgd":
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+
+        state = powerSGD_hook.PowerSGDState(process_group, matrix_approximation_rank=cfg.powersgd_rank,
+                                            start_powerSGD_iter=cfg.powersgd_start_iter)
+        return state, powerSGD_hook.powerSGD_hook
+    if cfg.comm_hook is None:
+        raise ValueError("this DDP config has no comm hook")
+    return process_group, _HOOKS[cfg.comm_hook]
+
+
+def comm_hook_code(cfg: DDP) -> str:
+    """The lines that register ``cfg``'s hook on a DDP-wrapped ``model``, for adoption code."""
+    if cfg.comm_hook == "powersgd":
+        return ("from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook\n"
+                f"model.register_comm_hook(powerSGD_hook.PowerSGDState(None, matrix_approximation_rank="
+                f"{cfg.powersgd_rank}, start_powerSGD_iter={cfg.powersgd_start_iter}), powerSGD_hook.powerSGD_hook)")
+    return ("from torch.distributed.algorithms.ddp_comm_hooks import default_hooks\n"
+            f"model.register_comm_hook(None, default_hooks.{cfg.comm_hook}_compress_hook)")
 
 
 def apply_ddp(parts: StepParts, cfg: DDP) -> Change:
@@ -40,8 +66,9 @@ def apply_ddp(parts: StepParts, cfg: DDP) -> Change:
     ddp = DistributedDataParallel(model, device_ids=device_ids, bucket_cap_mb=cfg.bucket_cap_mb,
                                   gradient_as_bucket_view=cfg.gradient_as_bucket_view, static_graph=cfg.static_graph)
     if cfg.comm_hook is not None:
-        # The hook compresses each bucket to 16 bits, all-reduces it, and decompresses into the grads.
-        ddp.register_comm_hook(dist.group.WORLD, _HOOKS[cfg.comm_hook])
+        # The hook compresses each bucket (to 16 bits, or PowerSGD's low-rank factors), all-reduces it,
+        # and decompresses into the grads.
+        ddp.register_comm_hook(*comm_hook(cfg, dist.group.WORLD))
     parts.model, parts.no_sync = ddp, ddp.no_sync
 
     def revert() -> None:
@@ -49,7 +76,8 @@ def apply_ddp(parts: StepParts, cfg: DDP) -> Change:
 
     change.on_revert(revert)
     change.targets.append(type(model).__name__)
-    extras = [f"{cfg.comm_hook} gradient compression"] if cfg.comm_hook else []
+    hook = f"powersgd rank {cfg.powersgd_rank}" if cfg.comm_hook == "powersgd" else cfg.comm_hook
+    extras = [f"{hook} gradient compression"] if cfg.comm_hook else []
     extras += ["gradients as bucket views"] * cfg.gradient_as_bucket_view + ["static graph"] * cfg.static_graph
     settings = ", ".join([f"{cfg.bucket_cap_mb} MiB buckets", *extras])
     change.summary = f"DDP over {dist.get_world_size()} ranks ({settings})"

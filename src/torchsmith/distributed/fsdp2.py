@@ -44,10 +44,11 @@ def apply_fsdp2(parts: StepParts, cfg: FSDP2) -> Change:
     found = discover(model)
     # Without a unique block list (none, or ambiguous) the root is the only unit: correct, less overlap.
     units = found.block_items("FSDP2") if found.blocks is not None else []
+    policy = _mixed_precision(cfg)
     for _, block in units:
-        fully_shard(block, mesh=mesh, reshard_after_forward=cfg.reshard_after_forward)
+        fully_shard(block, mesh=mesh, reshard_after_forward=cfg.reshard_after_forward, mp_policy=policy)
     # The root unit holds what is left (embeddings, head); it is gathered for the whole step anyway.
-    fully_shard(model, mesh=mesh, reshard_after_forward=cfg.reshard_after_forward)
+    fully_shard(model, mesh=mesh, reshard_after_forward=cfg.reshard_after_forward, mp_policy=policy)
     after = dict(model.named_parameters())
     new_for_old = {id(before[name]): after[name] for name in before}
     for group in optimizer.param_groups:
@@ -56,8 +57,18 @@ def apply_fsdp2(parts: StepParts, cfg: FSDP2) -> Change:
     change.on_revert(lambda: setattr(parts, "no_sync", nullcontext))
     change.targets += [path for path, _ in units] + [type(model).__name__]
     change.summary = (f"FSDP2 over {dist.get_world_size()} ranks: {len(units)} blocks + root"
-                      f"{', resharded after forward' if cfg.reshard_after_forward else ''}")
+                      f"{', resharded after forward' if cfg.reshard_after_forward else ''}"
+                      f"{', bf16 compute with fp32 gradient reduction' if cfg.mixed_precision else ''}")
     return change
+
+
+def _mixed_precision(cfg: FSDP2):
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    if cfg.mixed_precision == "bf16":
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    return MixedPrecisionPolicy()  # fully_shard's own default: the parameters' dtype throughout
 
 
 def _no_gradient_sync(model: nn.Module):

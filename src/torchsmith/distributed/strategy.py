@@ -41,13 +41,17 @@ def apply_parallel(parts: StepParts, cfg: Parallel) -> Change:
 
 def _candidates(device: DeviceInfo) -> list[Parallel]:
     """On several ranks: the other strategies, and DDP's communication settings one at a time (the
-    as-written baseline there is ``DDP()``, PyTorch's defaults). One process has nothing to search."""
+    as-written baseline there is ``DDP()``, PyTorch's defaults): bucket sizes, bucket views, a static
+    graph, 16-bit and PowerSGD (rank 1 and 4) compression; ZeRO-1; FSDP2 with and without resharding,
+    and with bf16 mixed precision where bf16 is native. One process has nothing to search."""
     if device.ranks < 2:
         return []
     hooks = ["fp16", "bf16"] if device.type == "cuda" else ["fp16"]  # bf16 compression needs NCCL
+    bf16 = device.type == "cuda" or device.native_bf16  # bf16 compute only where it is native
     return [DDP(bucket_cap_mb=5), DDP(bucket_cap_mb=100), DDP(gradient_as_bucket_view=True),
             DDP(static_graph=True), *(DDP(comm_hook=h) for h in hooks),  # type: ignore[arg-type]  # Literal
-            Zero1(), FSDP2(), FSDP2(reshard_after_forward=False)]
+            DDP(comm_hook="powersgd", powersgd_rank=1), DDP(comm_hook="powersgd", powersgd_rank=4),
+            Zero1(), FSDP2(), FSDP2(reshard_after_forward=False), *([FSDP2(mixed_precision="bf16")] if bf16 else [])]
 
 
 INFO = TransformInfo(

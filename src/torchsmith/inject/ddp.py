@@ -29,8 +29,9 @@ from torchsmith.plan import DDP
 
 DDP_FIELDS = ("bucket_cap_mb", "gradient_as_bucket_view", "static_graph", "comm_hook")
 """The plan's DDP fields a script's DDP takes, each reported under ``ddp.<field>``."""
-HOOK_NAMES = {"fp16": "fp16_compress_hook", "bf16": "bf16_compress_hook"}
-"""comm_hook -> the function of ``torch.distributed.algorithms.ddp_comm_hooks.default_hooks``."""
+HOOK_NAMES = {"fp16": "default_hooks.fp16_compress_hook", "bf16": "default_hooks.bf16_compress_hook",
+              "powersgd": "powerSGD_hook.powerSGD_hook"}
+"""comm_hook -> its function in ``torch.distributed.algorithms.ddp_comm_hooks``."""
 
 
 def outcome_key(field: str) -> str:
@@ -62,7 +63,7 @@ def patch_ddp(cfg: DDP, applied: dict[str, dict[str, str]], seen: list[dict[str,
         for k in ctor:
             record(applied, outcome_key(k), *constructor_outcome(k, ctor[k], call))
         if "comm_hook" in wanted:
-            _register_hook_before_first_forward(self, wanted["comm_hook"], applied)
+            _register_hook_before_first_forward(self, cfg, applied)
         seen.append(ddp_facts(self))
 
     DistributedDataParallel.__init__ = __init__  # type: ignore[method-assign]  # the injection's purpose
@@ -120,8 +121,9 @@ def constructor_outcome(field: str, value: Any, call: dict[str, Any]) -> tuple[O
     return "applied", f"DistributedDataParallel(..., {field}={value}) (the script passed {field}={call[field]})"
 
 
-def _register_hook_before_first_forward(model: Any, hook: str, applied: dict[str, dict[str, str]]) -> None:
-    key = outcome_key("comm_hook")
+def _register_hook_before_first_forward(model: Any, cfg: DDP, applied: dict[str, dict[str, str]]) -> None:
+    key, hook = outcome_key("comm_hook"), cfg.comm_hook
+    assert hook is not None  # called only when the plan sets a hook
     backend = _backend(model)
     if hook == "bf16" and backend != "nccl":
         record(applied, key, "refused", f"comm_hook=bf16 needs the NCCL backend; this process group uses {backend} "
@@ -135,15 +137,15 @@ def _register_hook_before_first_forward(model: Any, hook: str, applied: dict[str
             name = getattr(module._comm_hooks[0][0], "__qualname__", "its own")  # noqa: SLF001
             record(applied, key, "as_written", f"the script registers its own comm hook ({name}): kept")
             return
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        from torchsmith.distributed.ddp import comm_hook
 
-        fn = getattr(default_hooks, HOOK_NAMES[hook])
         try:
-            module.register_comm_hook(module.process_group, fn)
+            module.register_comm_hook(*comm_hook(cfg, module.process_group))
         except (RuntimeError, ValueError) as err:
             record(applied, key, "refused", f"register_comm_hook({HOOK_NAMES[hook]}): {err}")
             return
-        record(applied, key, "applied", f"model.register_comm_hook(process_group, default_hooks.{HOOK_NAMES[hook]})")
+        state = "PowerSGDState(process_group, ...)" if hook == "powersgd" else "process_group"
+        record(applied, key, "applied", f"model.register_comm_hook({state}, {HOOK_NAMES[hook]})")
 
     handle.append(model.register_forward_pre_hook(before_first_forward))
 

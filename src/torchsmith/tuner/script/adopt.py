@@ -73,9 +73,9 @@ def _ddp_lines(cfg: DDP, done: Callable[[str], bool]) -> list[str]:
     if args:
         out.append(f"model = DistributedDataParallel(model, {', '.join(args)})  # your DDP(...) call, with these added")
     if cfg.comm_hook is not None and done("ddp.comm_hook"):
-        out.append("from torch.distributed.algorithms.ddp_comm_hooks import default_hooks\n"
-                   f"model.register_comm_hook(None, default_hooks.{cfg.comm_hook}_compress_hook)  # after DDP(...), "
-                   "before the first forward")
+        from torchsmith.distributed.ddp import comm_hook_code
+
+        out.append(comm_hook_code(cfg) + "  # after DDP(...), before the first forward")
     return out
 
 
