@@ -64,6 +64,7 @@ def test_a_round_whose_reference_keeps_failing_fails_as_a_whole(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("TS_FAULT_RANK", "1")
     monkeypatch.setenv("TS_FAIL_AT_STEP", "1")  # rank 1 raises in the first step of every attempt: the baseline's
-    r = rank_round(SPEC, [Plan(), Plan(parallel=Zero1())], nproc=2, warmup=1, steps=2, device="cpu", timeout_s=120)
+    r = rank_round(SPEC, [Plan(), Plan(parallel=Zero1())], nproc=2, warmup=1, steps=2, device="cpu", timeout_s=120,
+                   max_restarts=0)  # one attempt: a restart would fail the same way
     assert r.error is not None and "injected failure on rank 1" in r.error, r.error
     assert all(m.error.startswith("the round across ranks failed") for m in r.measurements)

@@ -83,8 +83,10 @@ def as_run_on_ranks(plan: Plan, world_size: int) -> Plan:
 
 def rank_round(spec: str, plans: list[Plan], *, nproc: int, warmup: int, steps: int, device: str,
                compare_steps: int | None = None, measure_memory: bool = False,
-               timeout_s: float = 600.0, with_scale_inputs: bool = False) -> RankRound:
-    """``measure_plans`` of ``plans`` on ``nproc`` ranks, in a fresh torchrun job (module docstring)."""
+               timeout_s: float = 600.0, with_scale_inputs: bool = False,
+               max_restarts: int = MAX_RESTARTS) -> RankRound:
+    """``measure_plans`` of ``plans`` on ``nproc`` ranks, in a fresh torchrun job (module docstring);
+    ``max_restarts`` attempts after the first may each leave out the plans that failed."""
     from torchsmith.distributed.launch import LaunchConfig, build_command
 
     began = time.perf_counter()
@@ -94,9 +96,9 @@ def rank_round(spec: str, plans: list[Plan], *, nproc: int, warmup: int, steps: 
             "spec": spec, "plans": [p.to_dict() for p in plans], "warmup": warmup, "steps": steps,
             "device": device, "compare_steps": compare_steps, "measure_memory": measure_memory,
             "scale_inputs": with_scale_inputs}))
-        cmd, _ = build_command(LaunchConfig(nproc_per_node=nproc, max_restarts=MAX_RESTARTS),
+        cmd, _ = build_command(LaunchConfig(nproc_per_node=nproc, max_restarts=max_restarts),
                                [str(request), str(answer)], entry=["-m", "torchsmith.harness.rank_round"])
-        limit = (timeout_s + START_SECONDS) * (1 + MAX_RESTARTS)
+        limit = (timeout_s + START_SECONDS) * (1 + max_restarts)
         code, stderr = _run_job(cmd, limit)
         failed = _read_failures(answer.with_name("failed"))
         said = "; ".join(dict.fromkeys(failed.values())) if failed else _last_error(stderr)
