@@ -87,7 +87,9 @@ def speedup_text(r: TuneResult) -> str:
     if r.as_written:
         return "1.00x (the as-written plan: nothing to change)"
     if r.speedup_interval is not None:
-        return r.speedup_interval.describe()
+        decided = (f"; decided on the true ratio's 95% interval {r.decided_by.low:.2f}-{r.decided_by.high:.2f}"
+                   if r.decided_by is not None else "")
+        return r.speedup_interval.describe() + decided
     return f"{r.speedup or 1:.2f}x"
 
 

@@ -172,10 +172,12 @@ def _relative_span(c: Candidate) -> tuple[float, float]:
 
 def _proof_sentence(r: TuneResult) -> str:
     if r.speedup_interval is not None:
+        decided = (f" It was adopted because the 95% interval of the true speedup, {r.decided_by.low:.2f}-"
+                   f"{r.decided_by.high:.2f}, clears the noise margin." if r.decided_by is not None else "")
         return (f"Re-measured beside the as-written plan, the tuned plan runs at {r.speedup_interval.describe()}: "
                 "an independent re-measurement in fresh processes (torchsmith verify) lands inside it 95 times in "
                 "100 on this machine at this load. It is the proof's 95% interval widened for the re-measurement's "
-                "own noise (docs/tune.md, 'How to read an interval').")
+                "own noise (docs/tune.md, 'How to read an interval')." + decided)
     return "The as-written plan is returned: no candidate's interval cleared the noise margin in the final proof."
 
 

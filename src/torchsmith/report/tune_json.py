@@ -36,6 +36,7 @@ def tune_json(r: TuneResult) -> dict[str, Any]:
         "plan": r.plan.to_dict(),
         "as_written": r.as_written,
         "speedup": claimed.to_json(),
+        "decided_by": r.decided_by.to_json() if r.decided_by is not None and not r.as_written else None,
         "baseline": _figures(r.baseline),
         "tuned": _figures(r.best),
         "candidates": [_candidate(c) for c in r.candidates if c.knob not in ("baseline", "best")],

@@ -97,7 +97,11 @@ class TuneResult:
     noise: NoiseCalibration | None = None
     """The machine's own noise: the as-written plan against itself (A/A), measured first."""
     speedup_interval: SpeedupInterval | None = None
-    """The final proof's 95% interval of ``speedup``; None when the plan is the as-written one."""
+    """The claim: where a re-measurement of ``speedup`` (``torchsmith verify``, fresh processes) lands 95
+    times in 100; None when the plan is the as-written one."""
+    decided_by: SpeedupInterval | None = None
+    """The final proof's 95% interval of the true speedup, which decided the plan (its low end cleared
+    the noise margin); narrower than the claim, which adds the re-measurement's own noise."""
     baseline_step_times: list[float] = field(default_factory=list)
     best_step_times: list[float] = field(default_factory=list)
     """Timed step seconds of the baseline and of the plan in the proof, every round: their distributions."""

@@ -167,9 +167,11 @@ class _Proof:
     measurements: list[PlanMeasurement]
     notes: list[str]
     interval: SpeedupInterval | None
-    """The plan's speedup over the baseline in the proof; None when the plan is the as-written one."""
+    """The claim: where a re-measurement of the plan's speedup lands; None when the plan is the as-written one."""
     baseline_step_times: list[float]
     best_step_times: list[float]
+    decided_by: SpeedupInterval | None = None
+    """The 95% interval of the true speedup that decided the plan (narrower than the claim)."""
 
 
 @dataclass
@@ -289,20 +291,23 @@ class _Search:
             if again[-1].error or again[0].error:
                 break
             evidence.add(Round(baseline=again[0], reference=again[0], candidate=again[-1]))
-        interval = evidence.claim()  # what a re-measurement reproduces, not only where the true ratio lies
+        # Decided on the 95% interval of the true ratio, as the extra rounds were; the claim stated is wider:
+        # where a re-measurement lands (``Rounds.claim``).
+        decided, interval = evidence.versus_baseline(), evidence.claim()
         kept = evidence.kept()
         base_times = [t for r in kept for t in r.baseline.step_times]
         best_times = [t for r in kept for t in r.candidate.step_times]
         best_c = Candidate.from_measurement(evidence.measurement(), ms[0], "best", "accepted", interval=interval)
         plan, notes = self.best, [n for n in [rounds.note()] if n]
-        verdict = interval.verdict(NOISE_MARGIN)
+        verdict = decided.verdict(NOISE_MARGIN)
         if fits(ms[0], self.memory_limit) and verdict != "faster":
             said = "measurably slower" if verdict == "slower" else "not distinguishable from as written"
-            notes.append(f"re-measured beside the baseline, {plan.describe()} ran at {interval.describe()}: {said}; "
+            notes.append(f"re-measured beside the baseline, {plan.describe()} ran at {decided.describe()}: {said}; "
                          "kept the as-written plan instead (never a regression, nor a claim the noise allows).")
             plan, best_c, best_times = Plan(), base_c, base_times
+        adopted = plan != Plan()
         return _Proof(plan, base_c, best_c, ms, notes + self._memory_notes(plan, ms),
-                      interval if plan != Plan() else None, base_times, best_times)
+                      interval if adopted else None, base_times, best_times, decided if adopted else None)
 
     def _proof_round(self, plans: list[Plan], steps: int) -> list[PlanMeasurement]:
         return self.proof_rounds.measure(plans, steps)
@@ -329,7 +334,8 @@ class _Search:
             fingerprint=machine_fingerprint(), device=str(self.device), baseline_losses=proof.measurements[0].losses,
             best_losses=proof.measurements[-1].losses, skipped=self.skipped, notes=proof.notes,
             warmup_steps=self.pace.warmup, timed_steps=self.pace.steps, baseline_mfu=baseline_mfu, best_mfu=best_mfu,
-            noise=self.noise, speedup_interval=proof.interval, baseline_step_times=proof.baseline_step_times,
+            noise=self.noise, speedup_interval=proof.interval, decided_by=proof.decided_by,
+            baseline_step_times=proof.baseline_step_times,
             best_step_times=proof.best_step_times, ranks=self.ranks.nproc if self.ranks else 1)
 
     # --- helpers ------------------------------------------------------------------------

@@ -360,7 +360,7 @@ class _ScriptSearch:
         assert self.first is not None and self.noise is not None
         first = self.first
         fits_only_tuned = self.cfg.memory_limit is not None and (first.peak_memory_bytes or 0) > self.cfg.memory_limit
-        best, best_c, interval, best_run = self.best, None, None, None
+        best, best_c, interval, measured, best_run = self.best, None, None, None, None
         base_times = [first.step_seconds or 0.0]
         base_steps, best_steps = list(first.step_times), []
         if best != Plan():
@@ -372,13 +372,15 @@ class _ScriptSearch:
                 afford_pair=lambda: (decide.pairs < self.cfg.min_pairs
                                      or self.elapsed() + self.pair_cost(best) <= self.cfg.budget_seconds),
                 stop=lambda r: self._guard_rejection(r) is not None, reference_label="proof: baseline")
-            measured = out.interval()  # the claim: where a re-measurement of as many pairs lands
+            # The decision is on the 95% interval of the true ratio (as the adaptive pairs were); the claim
+            # printed is wider: where a re-measurement of as many pairs lands.
+            measured = out.interval()
             interval = remeasurement_interval(measured) if measured is not None else None
             base_times = [r.step_seconds or 0.0 for r in out.reference] or base_times
             base_steps = [t for r in out.reference for t in r.step_times] or base_steps
             best_steps = [t for r in out.candidate for t in r.step_times]
             ok = out.stopped_by is None and interval is not None
-            keep = ok and interval is not None and (fits_only_tuned or interval.verdict(NOISE_MARGIN) == "faster")
+            keep = ok and measured is not None and (fits_only_tuned or measured.verdict(NOISE_MARGIN) == "faster")
             if keep:
                 best_run = min(out.candidate, key=lambda r: r.step_seconds or math.inf)
                 best_c = _candidate(best, "best", "accepted", out.candidate, first, self.reference, "", interval)
@@ -387,7 +389,7 @@ class _ScriptSearch:
                 self.notes.append(f"{best.describe()} won in the search but the final proof against the script as "
                                   f"written gave {said}: not distinguishable from as written, so the as-written plan "
                                   "is kept")
-                best, interval = Plan(), None
+                best, interval, measured = Plan(), None, None
         base_c = _baseline_candidate(statistics.median(base_times), first.peak_memory_bytes)
         return ScriptTuneResult(
             workload=self.shown, plan=best, baseline=base_c, best=best_c or base_c, candidates=self.candidates,
@@ -398,7 +400,7 @@ class _ScriptSearch:
             warmup_steps=self.run_cfg.warmup, timed_steps=self.run_cfg.window, command=self.command,
             code_change=adoption_lines(best, best_run.applied if best_run else {}, first.facts),
             written_files=self.written, spread=self.spread, applied=best_run.applied if best_run else {},
-            noise=self.noise, speedup_interval=interval, window=self.run_cfg.window,
+            noise=self.noise, speedup_interval=interval, decided_by=measured, window=self.run_cfg.window,
             baseline_step_times=base_steps, best_step_times=best_steps if best != Plan() else [],
         )
 
