@@ -145,7 +145,7 @@ def _last_error(stderr: str) -> str:
 # --- on each rank -----------------------------------------------------------------------
 
 
-def _slowest_rank(clock: Any, failures: Path, rank: int) -> Any:
+def _slowest_rank(clock: Any, failures: Path, rank: int, device: Any) -> Any:
     """A step timer whose reading is the slowest rank's (one all-reduce MAX, outside the step). A step
     that raises is written down in ``failures`` and this rank exits (module docstring)."""
     import torch
@@ -153,7 +153,7 @@ def _slowest_rank(clock: Any, failures: Path, rank: int) -> Any:
 
     def timed(plan: Plan, fn: Any) -> float:
         try:
-            seconds = torch.tensor([clock(plan, fn)], dtype=torch.float64)
+            seconds = torch.tensor([clock(plan, fn)], dtype=torch.float64, device=device)  # NCCL: on the GPU
             dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
         except Exception as err:
             _write_failure(failures, rank, plan, f"rank {rank}: {type(err).__name__}: {first_line(err)}")
@@ -243,7 +243,7 @@ def _answer(request: dict[str, Any], failures: Path) -> dict[str, Any] | None:
         ms = measure_plans(load_workload(request["spec"]), todo, warmup=request["warmup"], steps=request["steps"],
                            device=ctx.device, compare_steps=request["compare_steps"],
                            measure_memory=request["measure_memory"],
-                           clock=_slowest_rank(wall_clock, failures, ctx.rank),
+                           clock=_slowest_rank(wall_clock, failures, ctx.rank, ctx.device),
                            shard=lambda batch: shard_batch(batch, ctx.rank, ctx.world_size))
         by_key = {_plan_key(m.plan): m for m in _job_figures(ms, request["compare_steps"])}
         measured = time.perf_counter() - began

@@ -53,7 +53,8 @@ def scale_inputs(workload: Workload, device: torch.device, rank: int, world_size
     phases = timer.summary(warmup=0).median
     with track_peak_memory(device, live=(step.model, step.optimizer)) as mem:
         step(local[-1])
-    slowest = torch.tensor([phases[p] for p in PHASES] + [float(mem.result.peak_bytes)], dtype=torch.float64)
+    slowest = torch.tensor([phases[p] for p in PHASES] + [float(mem.result.peak_bytes)], dtype=torch.float64,
+                           device=device)  # NCCL reduces GPU tensors only
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # a job's step waits for its slowest rank
     shape = model_shape(step.model, blocks=workload.blocks)
     largest = max(c.nbytes for s in STRATEGIES for c in comm_calls(s, shape, ScaleAssumptions()))
