@@ -51,8 +51,9 @@ from torchsmith.text import first_line
 
 log = logging.getLogger(__name__)
 
-MAX_RESTARTS = 2
-"""torchrun restarts a failed round this many times (each restart leaves out the plans that failed)."""
+MAX_RESTARTS = 4
+"""torchrun restarts a failed round this many times, each restart leaving out the plans that failed: enough
+for every variant of one strategy to fail (FSDP2 has three), each costing one job start."""
 STEP_FAILED_EXIT = 3
 """A rank's exit status after it wrote down the plan whose step failed."""
 ROUND_FAILED = "the round across ranks failed"
