@@ -24,7 +24,8 @@ def _torchsmith(*args, cwd):
 @pytest.mark.slow
 def test_verify_a_script_prints_its_interval_as_json_and_exits_0_or_1(tmp_path):
     plan = Plan(optimizer=OptimizerImpl(impl="foreach")).save(tmp_path / "plan.json")
-    proc = _torchsmith("verify", str(plan), "--json", "--budget", "30s", "--window", "3", "--",
+    # --pairs 3: exactly the 3 pairs asserted below, not up to 12 while the budget lasts.
+    proc = _torchsmith("verify", str(plan), "--json", "--budget", "30s", "--window", "3", "--pairs", "3", "--",
                        sys.executable, str(SCRIPT),
                        cwd=tmp_path)
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
@@ -36,7 +37,9 @@ def test_verify_a_script_prints_its_interval_as_json_and_exits_0_or_1(tmp_path):
 
 @pytest.mark.slow
 def test_tune_json_for_a_script_is_one_object_on_stdout(tmp_path):
-    proc = _torchsmith("tune", "--json", "--budget", "20s", "--knobs", "threads", "--window", "3", "--report", "",
+    # --pairs 3: the 3 calibration pairs asserted below; a close call stops at 3 pairs, not 8.
+    proc = _torchsmith("tune", "--json", "--budget", "20s", "--knobs", "threads", "--window", "3", "--pairs", "3",
+                       "--report", "",
                        "--", sys.executable,
                        str(SCRIPT), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
