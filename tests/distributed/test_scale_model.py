@@ -143,7 +143,8 @@ def test_scale_row_json_has_the_issue_fields_with_nulls_where_not_measured():
     predicted = predict("fsdp2", 64, profile=PROFILE, shape=SHAPE, link=LINK).row()
     data = json.loads(json.dumps(predicted.to_json()))
     assert set(data) == {"ranks", "strategy", "predicted_step_seconds", "predicted_peak_bytes",
-                         "measured_step_seconds", "measured_peak_bytes"}
+                         "measured_step_seconds", "measured_peak_bytes", "predicted_comm_share"}
+    assert 0 < data["predicted_comm_share"] < 1
     assert data["ranks"] == 64 and data["strategy"] == "fsdp2"
     assert data["measured_step_seconds"] is None and data["measured_peak_bytes"] is None
     measured = ScaleRow(ranks=2, strategy="ddp", predicted_step_seconds=1.1, predicted_peak_bytes=90,

@@ -336,8 +336,9 @@ class ScaleRow:
     """None where this rank count was not run."""
     measured_peak_bytes: int | None = None
     """None where this rank count was not run."""
-    predicted_comm_seconds: float | None = None
-    """Every collective of the step, hidden or not (the no-overlap bound's communication)."""
+    predicted_comm_share: float | None = None
+    """Communication's share of the no-overlap step (:attr:`StepPrediction.comm_share`): every
+    collective, hidden or not, over compute plus every collective."""
 
     def to_json(self) -> dict[str, Any]:
         """A plain dict (JSON types only), the measured fields None where not measured."""
@@ -365,7 +366,7 @@ class Prediction:
         return ScaleRow(ranks=self.ranks, strategy=self.strategy, predicted_step_seconds=self.step.predicted_seconds,
                         predicted_peak_bytes=self.memory.peak_bytes, measured_step_seconds=measured_step_seconds,
                         measured_peak_bytes=measured_peak_bytes,
-                        predicted_comm_seconds=self.step.exposed_comm_seconds + self.step.hideable_comm_seconds)
+                        predicted_comm_share=self.step.comm_share)
 
 
 def predict(strategy: Strategy, ranks: int, *, profile: StepProfile, shape: ModelShape, link: Link,

@@ -25,8 +25,7 @@ def _strategies(r: TuneResult) -> str:
     for c in [c for c in r.candidates if c.knob in ("baseline", "parallel")]:
         kind = c.plan.parallel.kind if c.knob == "parallel" else "ddp"
         model = at_n.get(kind)
-        share = (model.predicted_comm_seconds / model.predicted_step_seconds
-                 if model and model.predicted_comm_seconds is not None and model.predicted_step_seconds else None)
+        share = model.predicted_comm_share if model else None
         interval = f"{c.interval.low:.2f}-{c.interval.high:.2f}" if c.interval else "-"
         rows.append([c.change if c.knob == "parallel" else "DDP, PyTorch's defaults (as written)", c.status,
                      f"{c.step_seconds * 1e3:.1f} ms" if c.step_seconds else "-",
@@ -34,7 +33,7 @@ def _strategies(r: TuneResult) -> str:
                      f"{share:.0%}" if share is not None else "-"])
     return (f"<h2>Strategies side by side, on {r.ranks} ranks</h2><p class=sub>Each measured in the same torchrun "
             "job as DDP's defaults: the slowest rank's step, the largest rank's peak. The communication share is "
-            "the scale model's (every collective, hidden or not, over the step it predicts).</p>"
+            "the scale model's (every collective, hidden or not, over compute plus every collective).</p>"
             + table(["strategy", "status", "step", "speed", "95% interval", "peak / rank", "comm share (model)"],
                     rows, numeric=(2, 3, 4, 5, 6)))
 
