@@ -197,11 +197,12 @@ def _stub_runs(monkeypatch, speed, noise=0.03, seed=0):
 
 
 def test_only_a_win_whose_interval_clears_the_margin_is_kept(monkeypatch):
-    # fused is 1.25x; foreach 1.01x (inside the margin); for_loop 0.8x. Runs alternate A B B A.
+    # fused is 1.25x; foreach 1.01x (inside the margin); for_loop, what the CPU runs as written, is not
+    # tried. Runs alternate A B B A.
     ran = _stub_runs(monkeypatch, {"fused": 1.25, "foreach": 1.01, "for_loop": 0.8})
     r = tune_script(["train.py"], ScriptTuneConfig(budget_seconds=60, knobs=("optimizer",)))
     by_impl = {c.plan.optimizer.impl: c for c in r.candidates}
-    assert by_impl["for_loop"].status == "slower" and by_impl["for_loop"].interval.high < 1.0
+    assert "for_loop" not in by_impl
     assert by_impl["foreach"].status == "not distinguishable" and "low end above 1.03" in by_impl["foreach"].reason
     assert by_impl["foreach"].interval.pairs == 8  # a close call gets pairs up to the cap, then is not adopted
     assert by_impl["fused"].status == "accepted" and by_impl["fused"].interval.low > 1.03

@@ -158,13 +158,14 @@ def test_second_look_drops_a_knob_that_stopped_paying():
 @pytest.mark.slow
 def test_the_fastest_candidate_wins_not_the_first_to_clear_the_margin():
     # All three beat the as-written optimizer by > 3%, but by < 3% among themselves: order must not decide.
-    times = {"for_loop": 0.80, "foreach": 0.79, "fused": 0.78}
+    times = {"foreach": 0.79, "fused": 0.78}  # for_loop is what the CPU runs as written: not a candidate
     result = tune("mlp", budget="10m", knobs=["optimizer"],
                   clock=stub_clock(lambda p: times.get(p.optimizer.impl, 1.0)))
     assert result.plan.optimizer.impl == "fused"
-    # The other two won too, by less: "beaten", not "slower" (they are faster than the as-written optimizer).
+    # The other one won too, by less: "beaten", not "slower" (it is faster than the as-written optimizer).
     beaten = [c for c in result.candidates if c.knob == "optimizer" and c.status == "beaten"]
-    assert len(beaten) == 2 and all("optimizer.impl=fused's speed" in c.reason for c in beaten)
+    assert len(beaten) == 1 and all("optimizer.impl=fused's speed" in c.reason for c in beaten)
+    assert not any(c.plan.optimizer.impl == "for_loop" for c in result.candidates)
     assert all(c.speedup > 1.2 for c in beaten)
 
 
