@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -38,7 +39,8 @@ def _torchsmith_run(plan_path: Path, command: list[str]) -> subprocess.Completed
 
 
 def _observed(output: str) -> dict[int, dict]:
-    seen = [json.loads(line.split(" ", 1)[1]) for line in output.splitlines() if line.startswith("DDP-OBSERVED ")]
+    # Found anywhere in the output: the two ranks print at the same moment, and their lines can run together.
+    seen = [json.loads(m) for m in re.findall(r"DDP-OBSERVED (\{[^{}]*\})", output)]
     return {s["rank"]: s for s in seen}
 
 

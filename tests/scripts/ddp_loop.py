@@ -73,5 +73,8 @@ for step in range(args.steps):
                 "gradient_as_bucket_view": model.gradient_as_bucket_view, "static_graph": model.static_graph,
                 "comm_hook": model._get_ddp_logging_data().get("comm_hook")}
         print("DDP-OBSERVED " + json.dumps(seen), flush=True)
+# A barrier first: a rank that tears gloo down while the other still communicates can abort at exit
+# ("terminate called without an active exception", exit -6), as distributed/runtime.py's shutdown() says.
+dist.barrier()
 dist.destroy_process_group()
 sys.exit(args.exit_code if rank == 0 else 0)
