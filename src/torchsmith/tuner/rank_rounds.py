@@ -67,7 +67,8 @@ class RankRounds:
         else:
             self.job_start_seconds = max(0.0, r.wall_seconds - r.measure_seconds - r.inputs_seconds)
         if self.pace is not None:
-            self.pace.record(r.measure_seconds if r.error is None else r.wall_seconds, len(plans), steps)
+            if r.error is None:  # a failed job's wall (restarts, a timeout) says nothing of a step's cost
+                self.pace.record(r.measure_seconds, len(plans), steps)
             self.pace.round_start_seconds = self.job_start_seconds
         return r.measurements
 
