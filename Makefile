@@ -6,6 +6,7 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
+TEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 
 .PHONY: demo test test-fast check install clean
 
@@ -24,9 +25,11 @@ check: install
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/mypy
 
+# One pytest-xdist worker per core (on 2 cores the whole suite took 23m29s on one worker and
+# 15m37s on two). TEST_WORKERS=1 runs it on one.
 test: check
 	bash scripts/install_test_tools.sh
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS)
 
 # No test here starts a process or compiles (tests/spawn_guard.py fails one that does unmarked),
 # so it needs neither chromium nor etcd; meant to take under 2 minutes on 2 quiet cores (--durations=25

@@ -13,6 +13,13 @@ os.environ.setdefault("TORCHSMITH_CACHE_DIR", str(Path(__file__).parent.parent /
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+# `make test` runs one pytest-xdist worker per core. With each worker's torch on every core, their
+# OpenMP teams spin against each other: an in-process tune test that takes 1.0 s alone took 26 s
+# beside the other worker on 2 cores. So several workers run their own torch on one thread each;
+# the processes the tests start keep PyTorch's default, as a user's script would.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    torch.set_num_threads(1)
+
 # Fails an unmarked test that starts a process or calls torch.compile (the fast tier stays fast).
 from spawn_guard import pytest_configure, pytest_runtest_protocol, pytest_runtest_teardown  # noqa: E402, F401
 
