@@ -157,7 +157,7 @@ def test_second_look_drops_a_knob_that_stopped_paying():
 
 @pytest.mark.slow
 def test_the_fastest_candidate_wins_not_the_first_to_clear_the_margin():
-    # All three beat the as-written optimizer by > 3%, but by < 3% among themselves: order must not decide.
+    # Both beat the as-written optimizer by > 3%, but by < 3% between themselves: order must not decide.
     times = {"foreach": 0.79, "fused": 0.78}  # for_loop is what the CPU runs as written: not a candidate
     result = tune("mlp", budget="10m", knobs=["optimizer"],
                   clock=stub_clock(lambda p: times.get(p.optimizer.impl, 1.0)))

@@ -53,7 +53,7 @@ def _check_fused_supported(optimizer: torch.optim.Optimizer) -> None:
                 )
 
 
-AS_WRITTEN_IMPL = {"cpu": "for_loop", "cuda": "foreach"}
+_AS_WRITTEN_IMPL = {"cpu": "for_loop", "cuda": "foreach"}
 """What PyTorch's optimizers run when ``foreach`` and ``fused`` are left unset
 (``torch.optim.optimizer._default_to_fused_or_foreach``: foreach only on CUDA and kin)."""
 
@@ -62,7 +62,7 @@ def _candidates(device: DeviceInfo) -> list[OptimizerImpl]:
     # The implementation PyTorch already picks on this device is the as-written plan: trying it again
     # only measures noise, and spends the budget foreach and fused need (an optimizer built with
     # foreach= set explicitly is still measured as written, as the baseline).
-    return [OptimizerImpl(impl=i) for i in ("for_loop", "foreach", "fused") if i != AS_WRITTEN_IMPL.get(device.type)]
+    return [OptimizerImpl(impl=i) for i in ("for_loop", "foreach", "fused") if i != _AS_WRITTEN_IMPL.get(device.type)]
 
 
 INFO = TransformInfo(
