@@ -80,7 +80,11 @@ def test_clean_version_has_plausible_phases_and_no_finding(name):
     assert findings == [], [(f.rule, f.evidence) for f in findings]
     a = report.analysis
     if name == "lightning_cnn":  # forward and backward run inside optimizer.step(closure)
-        assert a.share("forward") + a.share("backward") >= 0.8, [s.phases for s in a.steps]
+        # Counted as forward and backward, not as optimizer. Compared with the optimizer's own
+        # share, not with the step: Lightning's Python between the phases ("other") grows when
+        # the machine is loaded (CI saw forward+backward 0.765 of the step, optimizer 0.04).
+        closure = a.share("forward") + a.share("backward")
+        assert closure >= 0.8 * (closure + a.share("optimizer")), [s.phases for s in a.steps]
     if name == "gan":  # one cycle of the loop is one step; each optimizer's share is shown
         assert len(a.steps) == 3 and set(a.optimizer_shares()) == {"#1 Adam", "#2 Adam"}
         assert all(v > 0 for v in a.optimizer_shares().values())
