@@ -1,5 +1,5 @@
 """The pair scheduler of the script tuner, with stub runs (seeded synthetic step times, no clocks):
-the A B B A order, early stops on clear calls, the cap on close calls, failures and the budget."""
+the B A A B order (the candidate first), early stops on clear calls, the cap on close calls, failures and the budget."""
 
 import math
 import random
@@ -28,10 +28,14 @@ def _runner(speedup: float, noise: float = 0.05, seed: int = 0, fail_at: int | N
     return run, order
 
 
-def test_pairs_alternate_order_a_b_b_a():
+def test_pairs_alternate_order_b_a_a_b_candidate_first():
     run, order = _runner(1.0)
     compare_in_pairs(run, Plan(), FUSED, AdaptivePairs(min_pairs=4, max_pairs=4), afford_pair=lambda: True)
-    assert "".join(order) == "ABBAABBA"
+    assert "".join(order) == "BAABBAAB"
+    run, order = _runner(1.0)
+    compare_in_pairs(run, Plan(), FUSED, AdaptivePairs(min_pairs=2, max_pairs=2), afford_pair=lambda: True,
+                     first_order=0)
+    assert "".join(order) == "ABBA"
 
 
 def test_a_clear_win_stops_early_and_is_faster():
@@ -54,14 +58,14 @@ def test_a_failing_candidate_ends_the_comparison_at_once():
     run, order = _runner(1.5, fail_at=2)
     out = compare_in_pairs(run, Plan(), FUSED, AdaptivePairs(min_pairs=3, max_pairs=8), afford_pair=lambda: True)
     assert out.stopped_by is not None and "boom" in out.stopped_by.error
-    assert out.pairs == 1 and "".join(order) == "ABB"  # the second pair's B ran first and failed
+    assert out.pairs == 1 and "".join(order) == "BAAB"  # the second pair's B ran last and failed
 
 
 def test_a_rejected_run_stops_without_more_pairs():
     run, order = _runner(1.5)
     out = compare_in_pairs(run, Plan(), FUSED, AdaptivePairs(), afford_pair=lambda: True,
                            stop=lambda r: True)
-    assert out.stopped_by is not None and out.pairs == 0 and "".join(order) == "AB"
+    assert out.stopped_by is not None and out.pairs == 0 and "".join(order) == "B"  # no reference run wasted
 
 
 def test_the_budget_stops_the_pairs_and_says_so():

@@ -70,7 +70,7 @@ def verify_workload(plan_path: Path, workload: str | None, *, budget: str, as_js
 
 def verify_command_form(plan_path: Path, command: list[str], *, budget: str, as_json: bool,
                         window: Optional[int] = None, pairs: Optional[int] = None) -> int:
-    """``verify PLAN -- command ...``: the script's A/B, alternating whole processes (A B B A ...)."""
+    """``verify PLAN -- command ...``: the script's A/B, alternating whole processes (B A A B ...)."""
     from torchsmith.cli.verify_script import verify_script_command
 
     return verify_script_command(plan_path, command, budget=budget, as_json=as_json, window=window, pairs=pairs)

@@ -94,7 +94,7 @@ def _noise_section(r) -> str:
              "<p>No plan cleared the margin against the script as written: it is returned as written.</p>")
     return (
         "<h2>Measurement noise</h2><p>Every ratio comes from pairs of fresh processes, one per plan, in "
-        f"alternating order (A B, B A, ...), each measuring {r.window} steps. The script as written was first "
+        f"alternating order (B A, A B, ...), each measuring {r.window} steps. The script as written was first "
         f"measured against itself: {esc(r.noise.describe())}. A candidate is kept only when the low end of its "
         "95% interval clears the margin; a close call gets more pairs, then is not distinguishable.</p>" + proof
     )

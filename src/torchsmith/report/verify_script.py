@@ -22,7 +22,7 @@ def render_script_verify(r, out: Console = console) -> None:
     out.print(f"verify {r.plan.describe()} on `{shlex.join(r.command)}`: {r.interval.describe()} vs as written",
               highlight=False)
     out.print(f"  {_SAYS['slower' if r.slower else r.verdict]}")
-    out.print(f"  {r.interval.pairs} pairs of fresh processes (A B, B A, ...), {r.window} steps each; step "
+    out.print(f"  {r.interval.pairs} pairs of fresh processes (B A, A B, ...), {r.window} steps each; step "
               f"{fmt_seconds(r.baseline_seconds)} as written, {fmt_seconds(r.plan_seconds)} with the plan; "
               f"{r.elapsed_seconds:.0f} s of {r.budget_seconds:.0f} s budget")
     if r.loss_note:

@@ -2,7 +2,7 @@
 
 Modules:
     search    :func:`tune_script`: the A/A calibration, the greedy walk over the knobs, the proof
-    pairs     :func:`compare_in_pairs`, two plans in alternating fresh-process pairs (A B, B A, ...)
+    pairs     :func:`compare_in_pairs`, two plans in alternating fresh-process pairs (B A, A B, ...)
     verify    :func:`verify_script`, an independent A/B of a plan against the script as written
     run       :func:`run_script`, one measured run of the script in a fresh process, and its window
     guard     the loss guard over the per-step losses a run recorded, and the baseline's spread

@@ -4,8 +4,9 @@ Step-to-step noise lives inside a process; process-to-process noise (placement, 
 neighbours) lives between processes, and on a shared 2-core VM it is the larger one (one run of a
 script's step varies by 15-20% from process to process: ``benchmarks/script_run_noise.py``). So
 the unit of repetition is a pair of fresh processes, one of each plan, and the order alternates
-pair by pair, ``A B | B A | A B ...``: a drift of the machine over the search (a neighbour
-starting, a clock ramping down) falls on both plans alike. Each pair gives one ratio; the
+pair by pair, ``B A | A B | B A ...``: a drift of the machine over the search (a neighbour
+starting, a clock ramping down) falls on both plans alike. The candidate (B) runs first, so one
+that crashes, changes the loss or is not applied costs one run, not a pair. Each pair gives one ratio; the
 ratios make a :class:`~torchsmith.measure.intervals.SpeedupInterval`, and
 :class:`~torchsmith.measure.intervals.AdaptivePairs` decides when there are enough of them.
 
@@ -56,14 +57,15 @@ class PairedComparison:
 
 def compare_in_pairs(run: RunPlan, reference: Plan, candidate: Plan, decide: AdaptivePairs, *,
                      afford_pair: Callable[[], bool], stop: Callable[[ScriptRun], bool] = lambda r: False,
-                     first_order: int = 0, reference_label: str = "baseline") -> PairedComparison:
+                     first_order: int = 1, reference_label: str = "baseline") -> PairedComparison:
     """Run pairs of ``reference`` and ``candidate`` in alternating order until ``decide`` is decided,
     its cap is reached, or ``afford_pair()`` says the budget has no room for another pair.
 
     A candidate run that fails, or that ``stop`` rejects (its loss changed, the knob was not
     applied), ends the comparison at once: no number of pairs makes it a win. A failed reference
-    run drops its pair. ``first_order`` (0: reference first) lets a caller continue the
-    alternation across comparisons.
+    run drops its pair. ``first_order`` (1, the default: the candidate first, so a candidate that
+    ends the comparison in its first run costs no reference run; 0: the reference first) lets a
+    caller continue the alternation across comparisons.
 
     Example::
 

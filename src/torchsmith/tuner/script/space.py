@@ -13,7 +13,6 @@ multi-process runs.
 
 from __future__ import annotations
 
-import os
 from dataclasses import fields, replace
 from typing import Any
 
@@ -33,12 +32,12 @@ def script_space(device: DeviceInfo, *, uses_loader: bool, ranks: int = 1, build
     """Candidate moves per knob for a script on ``device``; loader knobs only when it uses a DataLoader;
     DDP knobs only when the command starts ``ranks`` > 1 processes and the script ``builds_ddp``.
 
-    ``threads_as_written``: the script's thread count as its command starts it (torchrun sets 1
-    per rank), None for PyTorch's default there (the physical cores)."""
+    ``threads_as_written``: the script's thread count as its command and environment start it
+    (OMP_NUM_THREADS; torchrun sets 1 per rank), None for PyTorch's default there (the physical
+    cores): :func:`~torchsmith.tuner.script.torchrun.threads_as_written`."""
     # The script starts in a fresh process: its threads as written are PyTorch's default there
-    # (OMP_NUM_THREADS when set, else the physical cores), whatever this process has set.
-    omp = os.environ.get("OMP_NUM_THREADS", "")
-    written = threads_as_written or (int(omp) if omp.isdigit() and int(omp) > 0 else usable_cores())
+    # (the caller read OMP_NUM_THREADS from the script's environment), whatever this process has set.
+    written = threads_as_written or usable_cores()
     device = replace(device, threads_as_written=written)
     by_name = {d.name: d for d in search_space(device)}
     dims: list[Dimension] = []
