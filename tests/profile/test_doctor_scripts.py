@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from child_env import default_threads_env
 from torchsmith.profile.capture import CaptureConfig
 from torchsmith.profile.doctor import doctor_script
 
@@ -25,7 +26,7 @@ ON_CPU = FOUR - {"sync-in-loop"}
 def _env():
     # An inherited OMP_NUM_THREADS=1 would make "CPU cores left idle" a true finding of the
     # test environment rather than of the script.
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    env = default_threads_env()
     env["PYTHONPATH"] = os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     return env
 
