@@ -84,11 +84,11 @@ def test_the_aa_guard_compares_rank_with_rank(tmp_path):
     # Each rank trains on its own data, so rank 0's and rank 1's losses differ; each is the same
     # from run to run. The script delays rank (run number % 2) before its first step, so the rank
     # that steps first alternates: a guard that took whichever rank stepped first would compare
-    # rank 0's losses with rank 1's and widen itself.
+    # rank 0's losses with rank 1's and widen itself. One A/A pair is the two orders, side by side.
     counter = tmp_path / "runs"
     result = tune_script(_torchrun("--steps", "12", "--alternate-slow-rank", str(counter)), ScriptTuneConfig(
         budget_seconds=600, knobs=(), run=ScriptRunConfig(warmup=2, window=3, timeout_s=120),
-        calibration_pairs=2, min_pairs=2, max_pairs=2, min_window_seconds=0.0))
-    assert int(counter.read_text()) >= 4  # both orders ran: each rank was the first to step in some run
+        calibration_pairs=1, min_pairs=2, max_pairs=2, min_window_seconds=0.0))
+    assert int(counter.read_text()) >= 2  # both orders ran: each rank was the first to step in one run
     assert result.spread is not None and result.spread.max_rel_diff == 0.0, result.notes
     assert result.guard.loss_rtol == ScriptTuneConfig().guard.loss_rtol  # not widened
