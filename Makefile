@@ -25,8 +25,8 @@ check: install
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/mypy
 
-# One pytest-xdist worker per core (on 2 cores the whole suite took 23m29s in one process and
-# 10m43s on two workers, their processes on one thread each: tests/conftest.py). TEST_WORKERS=1 runs it on one.
+# One pytest-xdist worker per core (on 2 cores, one run each: 23m29s in one process, 10m43s on two
+# workers with their processes on one thread each, tests/conftest.py). TEST_WORKERS=1 runs it on one.
 test: check
 	bash scripts/install_test_tools.sh
 	$(PY) -m pytest -q -n $(TEST_WORKERS)

@@ -16,10 +16,10 @@ import torch  # noqa: E402
 # `make test` runs one pytest-xdist worker per core. With each worker's torch on every core, their
 # OpenMP teams spin against each other: an in-process tune test that takes 1.0 s alone took 26 s
 # beside the other worker on 2 cores. So several workers run their own torch on one thread each,
-# and so do the processes they start (OMP_NUM_THREADS=1, unless the caller set it): on 2 cores the
-# whole suite took 14m21s and 24.8 CPU-min with PyTorch's default in the children, 12m04s and
-# 18.4 CPU-min with one thread. A test about the thread count as written (the threads knob, doctor's
-# "CPU cores left idle") gives its processes the default itself: `child_env.default_threads_env()`.
+# and so do the processes they start (OMP_NUM_THREADS=1, unless the caller set it): a child's
+# two-thread team beside the other worker spins the same way (`time make test` shows the suite's
+# cost). A test about the thread count as written (the threads knob, doctor's "CPU cores left
+# idle") gives its processes the default itself: `child_env.default_threads_env()`.
 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     torch.set_num_threads(1)
     os.environ.setdefault("OMP_NUM_THREADS", "1")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from child_env import default_threads_env
 from torchsmith.profile.capture import CaptureConfig
 from torchsmith.profile.doctor import doctor_script
 
@@ -46,8 +47,7 @@ rule's 5% (too little for foreach to be worth a finding), at the small size 15-1
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("MKL_NUM_THREADS",)}
-    env["OMP_NUM_THREADS"] = "1"
+    env = {**default_threads_env(), "OMP_NUM_THREADS": "1"}
     env["PYTHONPATH"] = os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     return env
 

@@ -1,5 +1,6 @@
 """The pair scheduler of the script tuner, with stub runs (seeded synthetic step times, no clocks):
-the B A A B order (the candidate first), early stops on clear calls, the cap on close calls, failures and the budget."""
+the B A A B order (the candidate first), early stops on clear calls, the cap on close calls,
+failures and the budget."""
 
 import math
 import random

@@ -6,8 +6,8 @@ script's step varies by 15-20% from process to process: ``benchmarks/script_run_
 the unit of repetition is a pair of fresh processes, one of each plan, and the order alternates
 pair by pair, ``B A | A B | B A ...``: a drift of the machine over the search (a neighbour
 starting, a clock ramping down) falls on both plans alike. The candidate (B) runs first, so one
-that crashes, changes the loss or is not applied costs one run, not a pair. Each pair gives one ratio; the
-ratios make a :class:`~torchsmith.measure.intervals.SpeedupInterval`, and
+that crashes, changes the loss or is not applied costs one run, not a pair. Each pair gives one
+ratio; the ratios make a :class:`~torchsmith.measure.intervals.SpeedupInterval`, and
 :class:`~torchsmith.measure.intervals.AdaptivePairs` decides when there are enough of them.
 
 The scheduler takes the runner as a function, so its decisions are tested with stub runs.
