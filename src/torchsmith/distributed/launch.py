@@ -72,9 +72,12 @@ def build_command(cfg: LaunchConfig, args: list[str], entry: list[str] = WORKER)
             raise ValueError(f"--nnodes {cfg.nnodes} needs --rdzv-endpoint HOST:PORT that every node reaches; "
                              "without one the rendezvous is on 127.0.0.1, which other machines cannot reach.\n"
                              "Tip: --rdzv-endpoint <node0 address>:29400 on every node, with the same --rdzv-id.")
-        endpoint = f"127.0.0.1:{_free_port()}"
-        notes.append(f"rendezvous on {endpoint}: workers connect over loopback. PyTorch's TCPStore still "
-                     "listens on all interfaces of that port; firewall it on a shared host.")
+        # Port 0, as `torchrun --standalone` does: the store binds a free port itself. A port picked
+        # here and bound later can be taken in between (any connection's ephemeral port), and torchrun,
+        # finding it busy, waits as a client for a rendezvous that never comes: a silent hang.
+        endpoint = "127.0.0.1:0"
+        notes.append("rendezvous on 127.0.0.1, on a port its store picks: workers connect over loopback. "
+                     "PyTorch's TCPStore still listens on all interfaces of that port; firewall it on a shared host.")
     host = endpoint.rsplit(":", 1)[0].strip("[]")
     if cfg.rdzv_backend == "c10d" and not _is_loopback(host):
         notes.append(f"warning: the c10d rendezvous store on {endpoint} is unauthenticated: anyone who can reach "
