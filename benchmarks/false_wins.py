@@ -35,7 +35,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from torchsmith.plan import Plan
-    from torchsmith.tuner.parse_budget import parse_duration
+    from torchsmith.text import parse_duration
     from torchsmith.tuner.script import ScriptTuneConfig, tune_script
 
     cmd = [sys.executable, str(SCRIPT), "--steps", "100000", "--sleep", str(args.sleep)]  # runs end after their window

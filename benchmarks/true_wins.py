@@ -30,7 +30,7 @@ def main() -> int:
     ap.add_argument("--work", type=int, default=256, help="width of the script's fixed matmul")
     args = ap.parse_args()
 
-    from torchsmith.tuner.parse_budget import parse_duration
+    from torchsmith.text import parse_duration
     from torchsmith.tuner.script import ScriptTuneConfig, tune_script
     from torchsmith.tuner.script.verify import ScriptVerifyConfig, verify_script
 

@@ -31,7 +31,7 @@ def main() -> None:
     import torchsmith
     from torchsmith.harness.compare import measure_plans
     from torchsmith.plan import Plan
-    from torchsmith.tuner.parse_budget import parse_duration
+    from torchsmith.text import parse_duration
     from torchsmith.tuner.script import ScriptTuneConfig, tune_script
     from torchsmith.tuner.script.run import ScriptRunConfig, run_script
 

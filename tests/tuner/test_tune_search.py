@@ -8,7 +8,6 @@ from toy_workloads import loader_workload
 from torchsmith.harness.compare import measure_plans
 from torchsmith.plan import Autocast, MicroBatching, Plan
 from torchsmith.tuner import GuardConfig, TuneError, WorkloadStepError, tune
-from torchsmith.tuner.parse_budget import parse_bytes, parse_duration
 from torchsmith.workload import load_workload
 
 
@@ -108,22 +107,6 @@ def test_failing_workload_reports_the_original_error_and_spec(tmp_path):
 def test_unknown_knob_is_named():
     with pytest.raises(TuneError, match="unknown or inapplicable knob.*'warp'"):
         tune("mlp", budget="1m", knobs=["warp"])
-
-
-@pytest.mark.parametrize("text, seconds", [("5m", 300), ("90s", 90), ("1.5h", 5400), (42, 42)])
-def test_parse_duration(text, seconds):
-    assert parse_duration(text) == seconds
-
-
-@pytest.mark.parametrize("text, n", [("8GB", 8_000_000_000), ("512MiB", 512 * 2**20), ("2g", 2_000_000_000)])
-def test_parse_bytes(text, n):
-    assert parse_bytes(text) == n
-
-
-@pytest.mark.parametrize("bad", ["lots", "8 parsecs", "-1GB"])
-def test_unparsable_memory_limit(bad):
-    with pytest.raises(ValueError, match="cannot read the memory limit"):
-        parse_bytes(bad)
 
 
 @pytest.mark.slow

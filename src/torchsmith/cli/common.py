@@ -55,7 +55,8 @@ def user_errors():
     try:
         yield
     except Exception as err:
-        if not isinstance(err, user_error_types()):
+        # A ValueError is checked first: a mistyped option is then said without importing torch for the rest.
+        if not isinstance(err, ValueError) and not isinstance(err, user_error_types()):
             raise
         error_console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False)
         raise typer.Exit(2) from None

@@ -52,7 +52,10 @@ def tune_command(
     torchsmith tune --budget 5m -- python train.py --lr 3e-4
     """
     from torchsmith.cli.run_script import is_command
+    from torchsmith.text import parse_bytes, parse_duration
 
+    with user_errors():  # a mistyped value is said at once, not after torch and the workload load
+        parse_duration(budget), parse_bytes(memory_limit)
     args = list(target or [])
     if is_command(args):
         if nproc_per_node > 1:

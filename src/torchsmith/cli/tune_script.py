@@ -22,7 +22,7 @@ def tune_script_command(command: list[str], *, budget: str, memory_limit: Option
     from torchsmith.report.tune_html import write_tune_report
     from torchsmith.report.tune_json import tune_json
     from torchsmith.report.tune_script import render_script_tune
-    from torchsmith.tuner.parse_budget import parse_bytes, parse_duration
+    from torchsmith.text import parse_bytes, parse_duration
     from torchsmith.tuner.script import ScriptTuneConfig, tune_script
     from torchsmith.tuner.script.run import ScriptRunConfig
 

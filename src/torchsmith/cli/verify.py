@@ -51,7 +51,7 @@ def verify_workload(plan_path: Path, workload: str | None, *, budget: str, as_js
     from torchsmith.plan import Plan
     from torchsmith.report.console import console, error_console
     from torchsmith.report.verify import render_verify
-    from torchsmith.tuner.parse_budget import parse_duration
+    from torchsmith.text import parse_duration
     from torchsmith.tuner.verify import verify
     from torchsmith.workload import load_workload
 

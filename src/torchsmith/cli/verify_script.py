@@ -20,7 +20,7 @@ def verify_script_command(plan_path: Path, command: list[str], *, budget: str, a
     from torchsmith.plan import Plan
     from torchsmith.report.console import console, error_console
     from torchsmith.report.verify_script import render_script_verify
-    from torchsmith.tuner.parse_budget import parse_duration
+    from torchsmith.text import parse_duration
     from torchsmith.tuner.script.run import ScriptRunConfig
     from torchsmith.tuner.script.verify import ScriptVerifyConfig, verify_script
 

@@ -14,7 +14,6 @@ Modules:
     mfu           MFU of the as-written and the tuned plan, each against its own dtype's peak
     pace          the time budget: what a measurement will cost, how many steps fit
     rank_rounds   RankRounds: under --nproc-per-node every round is a torchrun job on the ranks
-    parse_budget  parse_duration / parse_bytes: ``--budget`` and ``--memory-limit``
     proof_rounds  where a claim's rounds run: fresh processes, so the interval holds in another one
     result        TuneResult / Candidate: every candidate measured, the winner and the proof
     scale_rows    the scale rows of a search on ranks: each strategy predicted at N, 8, 64 and 512 ranks
@@ -30,8 +29,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from torchsmith.harness.compare import StepTimer, wall_clock
+from torchsmith.text import parse_bytes, parse_duration
 from torchsmith.tuner.guard import GuardConfig
-from torchsmith.tuner.parse_budget import parse_bytes, parse_duration
 from torchsmith.tuner.result import Candidate, TuneResult
 from torchsmith.tuner.scale_rows import DEFAULT_INTERCONNECT
 from torchsmith.tuner.search import TuneError, TuneProgress, WorkloadStepError, search
