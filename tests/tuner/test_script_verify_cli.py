@@ -1,5 +1,5 @@
-"""`torchsmith verify PLAN -- python script.py` and `tune --json -- python script.py`, as a user types
-them: exit codes, one JSON object on stdout, messages on stderr."""
+"""`torchsmith verify PLAN -- python script.py`, as a user types it: exit codes, one JSON object on stdout,
+messages on stderr (`tune --json -- python script.py`: tests/tuner/test_tune_script_cli.py)."""
 
 import json
 import os
@@ -33,17 +33,3 @@ def test_verify_a_script_prints_its_interval_as_json_and_exits_0_or_1(tmp_path):
     assert out["speedup"]["pairs"] >= 3 and out["speedup"]["confidence"] == 0.95
     assert out["slower"] == (proc.returncode == 1) and out["slower"] == (out["speedup"]["high"] < 1.0)
     assert "pairs of fresh processes" in proc.stderr
-
-
-@pytest.mark.slow
-def test_tune_json_for_a_script_is_one_object_on_stdout(tmp_path):
-    # --pairs 3: the 3 calibration pairs asserted below; a close call stops at 3 pairs, not 8.
-    proc = _torchsmith("tune", "--json", "--budget", "20s", "--knobs", "threads", "--window", "3", "--pairs", "3",
-                       "--report", "",
-                       "--", sys.executable,
-                       str(SCRIPT), cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout)
-    assert set(out) >= {"plan", "as_written", "speedup", "baseline", "tuned", "candidates", "noise"}
-    assert out["noise"]["pairs"] == 3 and out["as_written"] == (out["plan"] == Plan().to_dict())
-    assert "runs differ by" in proc.stderr

@@ -1,5 +1,5 @@
-"""`torchsmith tune -- python script.py` end to end, as a user types it: plan.json, report.html and
-the terminal summary with the way to apply the plan and the script's side effects."""
+"""`torchsmith tune -- python script.py` end to end, as a user types it: plan.json, report.html,
+the JSON object on stdout and the summary with the way to apply the plan and the script's side effects."""
 
 import json
 import os
@@ -13,23 +13,45 @@ SCRIPT = Path(__file__).parents[1] / "scripts" / "plain_loop.py"
 SRC = Path(__file__).parent.parent.parent / "src"
 
 
-@pytest.mark.slow
-def test_tune_a_script_writes_plan_report_and_summary(tmp_path):
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """One ``tune --json`` of the script, as a user types it, shared by the tests below: each run of the
+    script is a fresh process (about 4 s of CPU on the 2-core VM, most of it importing torch), so the
+    JSON object, the plan, the report and the summary on stderr come from the same tune."""
+    cwd = tmp_path_factory.mktemp("tune_script_cli")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
-    side = tmp_path / "written-by-the-script.txt"
-    proc = subprocess.run([sys.executable, "-m", "torchsmith", "tune", "--budget", "4m", "--knobs", "threads",
-                           "--window", "3", "--pairs", "2", "--out", "p.json", "--report", "r.html", "--",
+    side = cwd / "written-by-the-script.txt"
+    # --pairs 3: the 3 calibration pairs asserted below; a close call stops at 3 pairs, not 8.
+    proc = subprocess.run([sys.executable, "-m", "torchsmith", "tune", "--json", "--budget", "4m", "--knobs",
+                           "threads", "--window", "3", "--pairs", "3", "--out", "p.json", "--report", "r.html", "--",
                            sys.executable, str(SCRIPT), "--write", str(side)],
-                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=1200)
+                          capture_output=True, text=True, cwd=cwd, env=env, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
-    assert json.loads((tmp_path / "p.json").read_text())["schema_version"] == 1
-    out = " ".join(proc.stdout.split())  # rich wraps long lines
+    return proc, cwd, side
+
+
+@pytest.mark.slow
+def test_tune_a_script_writes_plan_report_and_summary(tuned):
+    proc, cwd, side = tuned
+    assert json.loads((cwd / "p.json").read_text())["schema_version"] == 1
+    out = " ".join(proc.stderr.split())  # --json: the summary is on stderr; rich wraps long lines
     for needle in ("tuned plan", "top candidates", "apply it, no edit: torchsmith run --plan p.json --",
                    "side effects:", str(side), "plan written to p.json"):
         assert needle in out, needle
-    page = (tmp_path / "r.html").read_text()
+    page = (cwd / "r.html").read_text()
     assert "Side effects: files each run opened for writing" in page and str(side) in page
     assert "torchsmith run --plan plan.json --" in page and "Reproducibility of the baseline" in page
+
+
+@pytest.mark.slow
+def test_tune_json_for_a_script_is_one_object_on_stdout(tuned):
+    from torchsmith.plan import Plan
+
+    proc, _, _ = tuned
+    out = json.loads(proc.stdout)  # the whole of stdout is the object
+    assert set(out) >= {"plan", "as_written", "speedup", "baseline", "tuned", "candidates", "noise"}
+    assert out["noise"]["pairs"] == 3 and out["as_written"] == (out["plan"] == Plan().to_dict())
+    assert "runs differ by" in proc.stderr
 
 
 @pytest.mark.slow
