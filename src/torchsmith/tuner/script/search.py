@@ -12,8 +12,10 @@ interval over the pairs (:mod:`torchsmith.measure.intervals`).
 2. **Walk.** Greedy over the knobs, like the workload tuner: each move is tried on top of the best
    plan so far, in pairs against that plan. It is kept only when its interval's low end clears
    ``1 + NOISE_MARGIN``; close calls get more pairs (``AdaptivePairs``) up to ``max_pairs``, then
-   are "not distinguishable" and not kept. A run that crashes, hangs, changes the loss or leaves
-   the knob as written ends that candidate with its reason, and the search goes on.
+   are "not distinguishable" and not kept. A candidate whose estimate is below the margin after
+   ``min_pairs`` stops there (futility): the budget goes to the knobs after it. A run that
+   crashes, hangs, changes the loss or leaves the knob as written ends that candidate with its
+   reason, and the search goes on.
 3. **Prove.** The winner against the script as written, in fresh pairs; its interval is the claim.
    When it is not faster there, the as-written plan is returned.
 
@@ -295,7 +297,8 @@ class _ScriptSearch:
         # While no plan fits the memory limit, one pair shows whether this one fits and keeps the
         # loss; the first that does is kept however slow (speed counts once a plan fits).
         decide = (AdaptivePairs(min_pairs=1, max_pairs=1) if not self.best_fits
-                  else AdaptivePairs(min_pairs=self.cfg.min_pairs, max_pairs=self.cfg.max_pairs))
+                  else AdaptivePairs(min_pairs=self.cfg.min_pairs, max_pairs=self.cfg.max_pairs,
+                                     futile_below_margin=True))  # a pair is two processes: no win in sight, stop
         out = compare_in_pairs(
             self.measure, reference, plan, decide,
             afford_pair=lambda: self.elapsed() + self.pair_cost(plan) + self.proof_reserve() <= self.cfg.budget_seconds,
