@@ -55,7 +55,8 @@ def tune_command(
     from torchsmith.text import parse_bytes, parse_duration
 
     with user_errors():  # a mistyped value is said at once, not after torch and the workload load
-        parse_duration(budget), parse_bytes(memory_limit)
+        parse_duration(budget)
+        parse_bytes(memory_limit)
     args = list(target or [])
     if is_command(args):
         if nproc_per_node > 1:
