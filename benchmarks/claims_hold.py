@@ -67,8 +67,8 @@ def one_repeat(target: Target, budget: str, verify_budget: str, work: Path) -> R
     if tuned.returncode != 0:
         sys.exit(f"tune {target.name} failed ({tuned.returncode}): {tuned.stderr[-2000:]}")
     claim = json.loads(tuned.stdout)
-    checked = torchsmith("verify", "plan.json", *target.args, "--budget", verify_budget, "--json", cwd=work,
-                         timeout=3600)
+    checked = torchsmith("verify", "plan.json", *_before_dash(target.args), "--budget", verify_budget, "--json",
+                         *_after_dash(target.args), cwd=work, timeout=3600)  # options before --, the script after
     if checked.returncode not in (0, 1):
         sys.exit(f"verify {target.name} failed ({checked.returncode}): {checked.stderr[-2000:]}")
     return Repeat(claim=None if claim["as_written"] else claim["speedup"], verified=json.loads(checked.stdout),
