@@ -177,7 +177,7 @@ def test_run_plan_passes_the_exit_code_through_and_applies_the_plan(tmp_path):
     assert seen["threads"] == 1 and seen["tune_env"] is None
 
 
-def _stub_runs(monkeypatch, speed, noise=0.03, seed=0):
+def _stub_runs(monkeypatch, speed, noise=0.03, seed=0, optimizer_share=None):
     """run_script replaced: a plan's step time is 1 s over ``speed[impl]`` (as written: 1.0), times
     seeded lognormal noise of ``noise`` per run; returns the list of impls run, in order."""
     import random
@@ -192,7 +192,8 @@ def _stub_runs(monkeypatch, speed, noise=0.03, seed=0):
         applied = {} if impl == "as_written" else {
             "optimizer": KnobOutcome(knob="optimizer", status="applied", detail=f"AdamW(..., {impl})")}
         return ScriptRun(plan=plan, step_seconds=seconds, losses=[1.0, 0.9, 0.8], applied=applied,
-                         wall_seconds=0.1, exit_code=0, facts={"device": "cpu"}, steps=cfg.warmup + cfg.window)
+                         wall_seconds=0.1, exit_code=0, facts={"device": "cpu"}, steps=cfg.warmup + cfg.window,
+                         optimizer_share=optimizer_share)
 
     monkeypatch.setattr("torchsmith.tuner.script.search.run_script", fake_run)
     return ran
@@ -215,6 +216,17 @@ def test_only_a_win_whose_interval_clears_the_margin_is_kept(monkeypatch):
     # The probe (it is the first A) and 3 A/A calibration pairs come first; then each pair runs its candidate first.
     assert ran[:7] == ["as_written"] * 6 + ["foreach"]
     assert r.noise is not None and r.noise.pairs == 3 and any("runs differ by" in n for n in r.notes)
+
+
+def test_a_large_optimizer_share_is_searched_before_threads_and_a_tiny_one_not_at_all(monkeypatch):
+    ran = _stub_runs(monkeypatch, {"fused": 1.25}, optimizer_share=0.4)
+    r = tune_script(["train.py"], ScriptTuneConfig(budget_seconds=60, knobs=("threads", "optimizer")))
+    assert ran[6] in ("foreach", "fused")  # after the probe and the A/A pairs, the optimizer's first candidate
+    assert [c.knob for c in r.candidates][0] == "optimizer" and any("tried first" in n for n in r.notes)
+    ran = _stub_runs(monkeypatch, {"fused": 1.25}, optimizer_share=0.01)
+    r = tune_script(["train.py"], ScriptTuneConfig(budget_seconds=60, knobs=("optimizer",)))
+    assert set(ran) == {"as_written"} and r.plan.optimizer.impl == "as_written"
+    assert [k for k, _ in r.skipped] == ["optimizer"] and "at most 1.010x" in r.skipped[0][1]
 
 
 def test_a_lucky_process_is_not_a_win(monkeypatch):

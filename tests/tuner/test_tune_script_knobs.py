@@ -57,6 +57,8 @@ def test_as_written_plan_changes_nothing_in_a_plain_loop(tmp_path):
     assert seen["fused"] is None and not seen["autocast"] and not seen["compiled"] and not seen["checkpointed"]
     assert seen["num_workers"] == 0 and seen["matmul_precision"] == "highest"
     assert r.applied == {}
+    # optimizer.step's own time, measured on CPU for the knob order: a share of the step
+    assert len(r.facts["optimizer_step_seconds"]) == SHORT.warmup + SHORT.window and 0 < r.optimizer_share < 1
 
 
 @pytest.mark.slow

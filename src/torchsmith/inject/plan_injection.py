@@ -54,6 +54,9 @@ class ScriptFacts:
     steps: int = 0
     step_ends: list[float] = field(default_factory=list)
     """perf_counter() at the end of each optimizer step (after a CUDA sync when CUDA is in use)."""
+    optimizer_step_seconds: list[float] = field(default_factory=list)
+    """Wall time inside each ``optimizer.step`` on CPU (empty on CUDA, whose kernels run after the call
+    returns): the most an optimizer knob can save (``tuner/script/order.py``)."""
     losses: list[float] = field(default_factory=list)
     applied: dict[str, dict[str, str]] = field(default_factory=dict)
     """knob -> :class:`~torchsmith.inject.outcome.KnobOutcome` as JSON: its status and detail."""
@@ -88,6 +91,7 @@ class PlanInjection:
         self._depth = 0
         self._forward_hooks: list[Any] = []
         self._claimed: bool | None = None
+        self._step_started: float | None = None
 
     # -- start-up --------------------------------------------------------------------------
 
@@ -209,6 +213,8 @@ class PlanInjection:
     def _pre_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self._optimizer is None:
             self._optimizer = weakref.ref(optimizer)  # the trained optimizer: the first one to step
+        if self.tuning and self._optimizer() is optimizer and not _cuda_in_use():
+            self._step_started = time.perf_counter()
 
     def _find_model(self, optimizer: Any) -> None:
         """At the end of the first step. Not at its start: Lightning and other closure-style loops
@@ -236,6 +242,9 @@ class PlanInjection:
     def _post_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self._optimizer is None or self._optimizer() is not optimizer:
             return
+        if self._step_started is not None:
+            self.facts.optimizer_step_seconds.append(time.perf_counter() - self._step_started)
+            self._step_started = None
         if self._forward_hooks:
             self._find_model(optimizer)
         if not self.tuning:
@@ -346,6 +355,12 @@ class PlanInjection:
         out = self._out_dir()
         (out / "result.json.tmp").write_text(json.dumps(f.__dict__))
         os.replace(out / "result.json.tmp", out / "result.json")
+
+
+def _cuda_in_use() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.is_initialized()
 
 
 def _optimizer_facts(optimizer: Any) -> dict[str, Any]:

@@ -7,6 +7,7 @@ Modules:
     run       :func:`run_script`, one measured run of the script in a fresh process, and its window
     guard     the loss guard over the per-step losses a run recorded, and the baseline's spread
     space     the knobs a script can take from outside, as candidate moves for this device (DDP's under torchrun)
+    order     which knobs go first, by the measured share of the step they act on (Amdahl's bound)
     torchrun  what a command says about its processes (``--nproc-per-node N``, threads per rank)
     adopt     the edit that adopts a tuned plan in the script itself, and the files each run wrote
 """

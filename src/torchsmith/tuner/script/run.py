@@ -69,6 +69,8 @@ class ScriptRun:
     step_times: list[float] = field(default_factory=list)
     """Seconds of each measured step, in order: the distribution ``step_seconds`` is the median of."""
     facts: dict = field(default_factory=dict)
+    optimizer_share: float | None = None
+    """The median measured step's time inside ``optimizer.step``, over the median step (CPU only)."""
 
     @property
     def ok(self) -> bool:
@@ -160,6 +162,9 @@ def _read_facts(run: ScriptRun, cfg: ScriptRunConfig) -> None:
         run.step_times = durations
         run.step_seconds = statistics.median(durations)
         run.steps_per_second = (len(ends) - 1) / (ends[-1] - ends[0])
+        inside = f.get("optimizer_step_seconds", [])[cfg.warmup:]  # the same steps the durations are of
+        if inside and run.step_seconds:
+            run.optimizer_share = min(1.0, statistics.median(inside) / run.step_seconds)
 
 
 def _last_error(output: str) -> str:

@@ -56,6 +56,7 @@ from torchsmith.tuner.guard import GuardConfig
 from torchsmith.tuner.result import Candidate, Status, TuneResult
 from torchsmith.tuner.script.adopt import adoption_lines, summarise_written
 from torchsmith.tuner.script.guard import BaselineSpread, baseline_spread, script_guard_rejection
+from torchsmith.tuner.script.order import order_by_share
 from torchsmith.tuner.script.pairs import PairedComparison, compare_in_pairs
 from torchsmith.tuner.script.run import ScriptRun, ScriptRunConfig, run_script, window_for
 from torchsmith.tuner.script.space import script_space, with_move
@@ -274,6 +275,9 @@ class _ScriptSearch:
             self.skipped += [(d.name, "trades speed for memory; pass --memory-limit to search it")
                              for d in dims if d.saves_memory]
             dims = [d for d in dims if not d.saves_memory]
+        dims, skipped, notes = order_by_share(dims, self.first.optimizer_share if self.first else None)
+        self.skipped += skipped
+        self.notes += notes
         self.total += sum(self.cfg.min_pairs * len(d.moves()) for d in dims) + self.cfg.min_pairs
         for dim in dims:
             for move in dim.moves():

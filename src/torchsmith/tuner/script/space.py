@@ -22,7 +22,8 @@ from torchsmith.plan import DDP, Autocast, Backend, CheckpointBlocks, Compile, P
 from torchsmith.transforms.base import DeviceInfo
 
 SCRIPT_KNOBS = ("threads", "precision", "optimizer", "loader", "backend", "ddp", "compile", "checkpointing")
-"""In the order they are tried: cheap process-wide knobs first, compile (slow to start) last."""
+"""In the order they are tried: cheap process-wide knobs first, compile (slow to start) last; the
+optimizer moves first when its measured share of the step is large (:mod:`~torchsmith.tuner.script.order`)."""
 DDP_KNOBS = ("ddp.bucket_cap_mb", "ddp.gradient_as_bucket_view", "ddp.static_graph", "ddp.comm_hook")
 """The dimensions "ddp" expands to, each named after the outcome key the injection reports it under."""
 
