@@ -38,6 +38,7 @@ def format_bytes(n: float | None) -> str:
         n /= 1024
     return f"{n:.1f} TiB"
 
+
 _TIME = {"": 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600}
 _SIZE = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "kib": 2**10, "m": 1e6, "mb": 1e6, "mib": 2**20,
          "g": 1e9, "gb": 1e9, "gib": 2**30, "t": 1e12, "tb": 1e12, "tib": 2**40}

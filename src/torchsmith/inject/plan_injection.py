@@ -251,7 +251,7 @@ class PlanInjection:
             return
         import torch
 
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
+        if _cuda_in_use():
             torch.cuda.synchronize()  # CPU-GPU sync point: the step's kernels end before its time is taken
         f = self.facts
         f.step_ends.append(time.perf_counter())
@@ -346,7 +346,7 @@ class PlanInjection:
         if isinstance(self.plan.parallel, DDP) and ddp.changed_fields(self.plan.parallel) and not f.ddp:
             ddp.no_ddp_built(f.applied)
         f.written_files = sorted(self._written)
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
+        if _cuda_in_use():
             f.peak_memory_bytes = torch.cuda.max_memory_allocated()
         else:
             import resource

@@ -10,8 +10,9 @@ on CPU in the first as-written run (:attr:`ScriptRun.optimizer_share`). So:
 * when it could give at least :data:`OPTIMIZER_FIRST_BOUND`, the optimizer goes first. The walk
   spends its budget in knob order, and a measured large share is a better bet than knobs whose
   effect is unknown until they are measured. On ``benchmarks/true_wins.py`` (300 small tensors,
-  a for-loop AdamW), with threads and precision first, 2 of 4 tunes ran out of their 4-minute
-  budget before ``fused`` was tried.
+  a for-loop AdamW), with threads and precision first, 2 of 4 tunes of one ``--repeats 4`` run
+  ran out of their 4-minute budget before ``fused`` was tried; with the optimizer first, a
+  ``--repeats 3`` run found the win 3 of 3 times.
 
 Example::
 
@@ -27,7 +28,8 @@ from torchsmith.measure.intervals import NOISE_MARGIN
 
 OPTIMIZER_FIRST_BOUND = 1.10
 """The optimizer goes first when a free optimizer step would make the script at least this much faster:
-a gain the script tuner's default 8 pairs can tell from noise on a quiet machine (docs/tune.md)."""
+a gain the default 8 pairs can decide on a quiet machine (the calibration of four
+``benchmarks/false_wins.py`` tunes at A/A +-1-2% said a 1.10x needs 2-3 pairs), not on a noisy one."""
 
 
 def order_by_share(dims: list[Dimension], optimizer_share: float | None
