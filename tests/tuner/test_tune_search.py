@@ -22,6 +22,18 @@ def is_bf16(plan):
     return isinstance(plan.precision, Autocast) and plan.precision.dtype == "bfloat16"
 
 
+@pytest.fixture
+def native_bf16(monkeypatch):
+    """The knob order of a CPU with native bf16, whatever this one has: precision ranks before the
+    optimizer there (``transforms/precision.py``), and the greedy walks below depend on that order."""
+    from dataclasses import replace
+
+    from torchsmith.measure import fingerprint
+
+    real = fingerprint.machine_fingerprint()
+    monkeypatch.setattr(fingerprint, "machine_fingerprint", lambda: replace(real, native_bf16=True))
+
+
 @pytest.mark.slow
 def test_never_picks_bf16_when_it_measures_slower():
     # As on an AVX2 CPU without native bf16, where bf16 autocast is ~30x slower.
@@ -122,7 +134,7 @@ def test_public_api_tune_is_a_plain_function_even_after_submodule_imports():
 
 
 @pytest.mark.slow
-def test_second_look_drops_a_knob_that_stopped_paying():
+def test_second_look_drops_a_knob_that_stopped_paying(native_bf16):
     from torchsmith.plan import OptimizerImpl
 
     def seconds(plan):
@@ -153,7 +165,7 @@ def test_the_fastest_candidate_wins_not_the_first_to_clear_the_margin():
 
 
 @pytest.mark.slow
-def test_second_look_tries_a_close_call_on_top_of_the_final_plan():
+def test_second_look_tries_a_close_call_on_top_of_the_final_plan(native_bf16):
     from torchsmith.plan import BF16Params
 
     def seconds(plan):
