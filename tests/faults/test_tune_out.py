@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.slow]
 
 def test_two_tune_processes_x_the_same_out_both_finish_and_the_plan_is_whole(tmp_path):
     out, report = tmp_path / "plan.json", tmp_path / "report.html"
-    args = ["tune", "mlp", "--budget", "5s", "--knobs", "threads", "--device", "cpu", "--out", out,
+    args = ["tune", "mlp", "--budget", "20s", "--knobs", "threads", "--device", "cpu", "--out", out,
             "--report", report]
     procs = [start(args, tmp_path) for _ in range(2)]
     reads, bad, stop = [0], [], threading.Event()
