@@ -100,4 +100,7 @@ def test_planted_problem_is_found(name):
     report = _doctor(name, planted=True)
     _check_shares(report)
     rules = [f.rule for f in report.findings]
-    assert PLANTED[name] in rules, [(f.rule, f.evidence) for f in report.findings]
+    # The probe's own step times in the message: the threads rule reads them, and a miss under a
+    # loaded suite must say whether the probe ran short, lost to a burst, or never started.
+    assert PLANTED[name] in rules, ([(f.rule, f.evidence) for f in report.findings],
+                                    report.facts.threads, report.facts.thread_probe)
