@@ -103,3 +103,28 @@ def test_data_bound_on_cpu_leaves_the_workers_their_cores_when_data_is_most_of_t
     assert finding.verify_plan.loader.num_workers == workers
     assert finding.verify_plan.threads.intra_op == threads
     assert ("torch.set_num_threads(1)" in finding.fix) is (threads is not None)
+
+
+def test_a_close_thread_probe_gets_more_rounds_and_one_burst_no_longer_decides():
+    from torchsmith.profile.thread_probe import MAX_PROBE_STEPS, PROBE_STEPS, ThreadProbe, probe_verdict
+
+    def probe_with(current_s, suspect_s):
+        probe = ThreadProbe(current=32, suspects=[1])
+        for a, b in zip(current_s, suspect_s, strict=True):
+            for seconds in (a, b):
+                assert not probe.done
+                probe.record(seconds)
+            if probe.done:
+                break
+        return probe
+
+    # (the probe sets torch's thread count as it goes; conftest puts the count back after the test)
+    clear = probe_with([0.14] * 8, [0.05] * 8)  # won every pair: decided after PROBE_STEPS
+    assert len(clear.seconds[1]) == PROBE_STEPS and probe_verdict(clear.result())[2] == 1.0
+    # The suite's case: one burst step (0.19 s) in the suspect's 4 -> 12 of 16 pairs, a close call
+    burst = probe_with([0.134, 0.153, 0.14, 0.145] * 2, [0.114, 0.048, 0.032, 0.19] + [0.05] * 4)
+    assert PROBE_STEPS < len(burst.seconds[1]) <= MAX_PROBE_STEPS  # more rounds, until decided
+    count, ratio, wins = probe_verdict(burst.result())
+    assert count == 1 and ratio > 1.2 and wins >= 0.8  # the burst no longer decides: the finding stands
+    loses = probe_with([0.14] * 8, [0.15] * 8)  # slower: decided at once, no extra rounds
+    assert len(loses.seconds[1]) == PROBE_STEPS

@@ -21,12 +21,16 @@ import pytest
 from child_env import default_threads_env
 from torchsmith.profile.capture import CaptureConfig
 from torchsmith.profile.doctor import doctor_script
+from torchsmith.profile.thread_probe import MAX_PROBE_STEPS, PROBE_STEPS
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
 SRC = Path(__file__).parents[2] / "src"
 STEPS = 18
 """1 first + 1 wait + 1 warm-up + 3 recorded steps (a median of 3 is not moved by one stalled
-step), then up to 12 thread-probe steps."""
+step), then 12 thread-probe steps."""
+PROBE_ROOM = {"nanogpt_memmap": 3 * (MAX_PROBE_STEPS - PROBE_STEPS)}
+"""Steps for the probe's close call, where a thread count is planted: under the suite's load one
+burst in one of a suspect's 4 steps left a 1.7x median win at 12 of 16 pairs, short of the rule's share."""
 
 PLANTED = {
     "plain_loop": "float64",
@@ -55,7 +59,8 @@ def _env() -> dict[str, str]:
 def _doctor(name: str, planted: bool):
     if name in NEEDS:
         pytest.importorskip(NEEDS[name])
-    command = [sys.executable, str(SCRIPTS / f"{name}.py"), "--steps", str(STEPS), *AS_WRITTEN.get(name, [])]
+    steps = STEPS + PROBE_ROOM.get(name, 0)
+    command = [sys.executable, str(SCRIPTS / f"{name}.py"), "--steps", str(steps), *AS_WRITTEN.get(name, [])]
     return doctor_script(command + (["--planted"] if planted else []), CaptureConfig(active=3), env=_env())
 
 

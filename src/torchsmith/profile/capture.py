@@ -39,7 +39,7 @@ from torchsmith.measure.memory import memory_split
 from torchsmith.measure.quiet import native_stderr_silenced
 from torchsmith.profile.facts import Facts
 from torchsmith.profile.phases import OPTIMIZER_LABEL
-from torchsmith.profile.thread_probe import PROBE_STEPS, ThreadProbe, suspect_threads
+from torchsmith.profile.thread_probe import ThreadProbe, suspect_threads
 
 MAX_ACTIVE_STEPS = 20
 """Cap on recorded steps: a trace grows linearly with them, and a few steps suffice."""
@@ -68,7 +68,8 @@ class CaptureConfig:
     """Stop the script (SystemExit(0)) once the window is captured, instead of letting it run on."""
     probe_threads: bool = True
     """CPU: after the window, time the next steps round-robin at the current and at up to two
-    suspected thread counts (thread_probe.py); up to 3 x PROBE_STEPS more steps, unprofiled."""
+    suspected thread counts (thread_probe.py); 3 x PROBE_STEPS more steps, unprofiled (twice as
+    many for a close call)."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.active <= MAX_ACTIVE_STEPS or self.wait < 1 or self.warmup < 0:
@@ -327,7 +328,7 @@ class StepCapture:
         suspects = suspect_threads(t["intra_op"], t["cores"], sum(ld["num_workers"] for ld in self.facts.loaders))
         if not suspects:
             return False
-        self._probe = ThreadProbe(t["intra_op"], suspects, PROBE_STEPS)
+        self._probe = ThreadProbe(t["intra_op"], suspects)
         self._probe.start()
         self._last_step_end = time.perf_counter()
         return True

@@ -34,7 +34,7 @@ from torchsmith.plan import Plan
 from torchsmith.profile.analysis import TraceAnalysis, analyse_trace
 from torchsmith.profile.capture import MAX_ACTIVE_STEPS, CaptureConfig, Facts, StepCapture
 from torchsmith.profile.rules import DoctorContext, Finding, diagnose
-from torchsmith.profile.thread_probe import PROBE_STEPS
+from torchsmith.profile.thread_probe import MAX_PROBE_STEPS
 from torchsmith.text import first_line
 from torchsmith.workload import Workload
 
@@ -99,9 +99,11 @@ def doctor_workload(workload: Workload, cfg: CaptureConfig | None = None, *, pla
     cfg = dataclasses.replace(cfg, wait=max(cfg.wait, 2))
     plan = plan or Plan()
     with tempfile.TemporaryDirectory(prefix="torchsmith-doctor-") as tmp:
+        # Room for the thread probe's close call (up to 3 counts x MAX_PROBE_STEPS); what the probe
+        # leaves unused runs unprofiled after it.
+        probe_room = 3 * MAX_PROBE_STEPS if cfg.probe_threads else 0
         with StepCapture(cfg, tmp) as capture:
-            run(workload, plan, steps=cfg.steps_needed + (3 * PROBE_STEPS if cfg.probe_threads else 0), device=device,
-                allow_nonfinite=True)
+            run(workload, plan, steps=cfg.steps_needed + probe_room, device=device, allow_nonfinite=True)
         return _report(workload.name, "workload", capture.facts, Path(tmp), trace, plan=plan)
 
 

@@ -5,11 +5,13 @@ workers and threads oversubscribing the cores, or every core busy on a small mod
 a suspicion until measured. After the profiled window, the capture runs the next steps
 round-robin at the current count and at the suspected ones (A B C A B C ..., so that drift in
 the machine's load hits all alike), then puts the current count back. The rule reads the
-medians and fires only on a clear, consistent win.
+medians and fires only on a clear, consistent win. A close call (the medians say a win, the
+pairs are not yet consistent) gets as many rounds again before it is judged: one burst of load
+during one of a suspect's 4 steps costs it all 4 of that step's pairs, a quarter of them.
 
 Example::
 
-    probe = ThreadProbe(current=8, suspects=[2, 1], steps=3)
+    probe = ThreadProbe(current=8, suspects=[2, 1])
     while not probe.done:
         seconds = run_one_step()
         probe.record(seconds)          # sets the thread count for the next step
@@ -25,6 +27,10 @@ import torch
 
 PROBE_STEPS = 4
 """Steps per thread count, taken round-robin (current, suspect, ...), so that drift hits all alike."""
+MAX_PROBE_STEPS = 2 * PROBE_STEPS
+"""Steps per count for a close call (see :func:`undecided`). In the test suite's load, one
+suspect step in 4 took 0.19 s against its others' 0.03-0.11 s and the current count's 0.13-0.15 s:
+a 1.7x median win whose pairs, at 12 of 16, fell short of the share below."""
 MIN_SPEEDUP = 1.2
 """The best suspected count must be at least this much faster (median step time) to be a finding."""
 MIN_WIN_SHARE = 0.8
@@ -56,15 +62,21 @@ def suspect_threads(intra: int, cores: int, workers: int) -> list[int]:
 class ThreadProbe:
     """Cycles ``torch.set_num_threads`` through the counts, one step each; see the module docstring."""
 
-    def __init__(self, current: int, suspects: list[int], steps: int = PROBE_STEPS):
+    def __init__(self, current: int, suspects: list[int], steps: int = PROBE_STEPS,
+                 max_steps: int = MAX_PROBE_STEPS):
         self.counts = [current, *suspects]
         self.steps = steps
+        self.max_steps = max(steps, max_steps)
         self.seconds: list[list[float]] = [[] for _ in self.counts]
         self._now = 0  # index into counts of the setting the next step runs under
 
     @property
     def done(self) -> bool:
-        return all(len(s) >= self.steps for s in self.seconds)
+        """Every count has its ``steps``, and the verdict is decided or ``max_steps`` are in."""
+        taken = min(len(s) for s in self.seconds)
+        if taken < self.steps:
+            return False
+        return taken >= self.max_steps or not undecided(probe_verdict(self.result()))
 
     def start(self) -> None:
         """The next step runs at the current count (it is already set)."""
@@ -93,3 +105,9 @@ def probe_verdict(result: dict[str, Any]) -> tuple[int, float, float] | None:
     ratio = statistics.median(seconds[0]) / statistics.median(seconds[best])
     wins = sum(b < a for b in seconds[best] for a in seconds[0]) / (len(seconds[best]) * len(seconds[0]))
     return counts[best], ratio, wins
+
+
+def undecided(verdict: tuple[int, float, float] | None) -> bool:
+    """A close call: the medians say a win of at least ``MIN_SPEEDUP``, but the suspect's steps
+    have not yet won ``MIN_WIN_SHARE`` of the pairs. More rounds decide it either way."""
+    return verdict is not None and verdict[1] >= MIN_SPEEDUP and verdict[2] < MIN_WIN_SHARE
