@@ -45,7 +45,9 @@ def main() -> int:
             tried = ", ".join(f"{c.change} {c.status} {c.interval.describe() if c.interval else ''}"
                               for c in r.candidates) or "none"
             tried += "".join(f"; not tried: {knob} ({why})" for knob, why in r.skipped)
-            print(f"tune {i + 1:>2}: missed ({r.plan.describe()}); tried: {tried}", flush=True)
+            proof = [n for n in r.notes if "final proof" in n]  # a search win the proof did not confirm
+            print(f"tune {i + 1:>2}: missed ({r.plan.describe()}); tried: {tried}"
+                  + "".join(f"; {n}" for n in proof), flush=True)
             continue
         found += 1
         v = verify_script(r.plan, cmd, ScriptVerifyConfig(budget_seconds=parse_duration(args.verify_budget)))
