@@ -17,7 +17,7 @@ Per workload, separate jobs, so the prediction never sees the run it predicts:
    host the ranks share its cores and memory bandwidth, which a rank alone does not see;
 2. a torchrun job of N gloo ranks runs the collective microbenchmark
    (torchsmith.distributed.collective_bench) from 4 KiB to 2x the largest collective the model
-   needs, and the alpha-beta link is fitted to it;
+   needs, and an alpha-beta link is fitted to each collective (and one to all, printed for comparison);
 3. a torchrun job of N gloo ranks trains DDP, ZeRO-1 and FSDP2 and measures the same figures
    (slowest rank), plus the collectives each step issued (printed beside the derived ones).
 
@@ -296,14 +296,16 @@ def _measure(spec: str, steps: int, ranks: int, rounds: int, threads: int) -> di
 
 
 def evaluate(spec: str, steps: int, ranks: int, rounds: int, interconnect: str, threads: int) -> list[str]:
-    from torchsmith.distributed.alpha_beta import CollectiveSample, fit_link, parse_interconnect
+    from torchsmith.distributed.alpha_beta import CollectiveSample, fit_link, fit_links, links_of, parse_interconnect
     from torchsmith.distributed.scale_model import ModelShape, ScaleAssumptions, comm_calls, predict
 
     got = _measure(spec, steps, ranks, rounds, threads)
     one, measured = got["alone"][0], got["measured"]
     shape = ModelShape(tensor_bytes=tuple(one["tensor_bytes"]), block_bytes=tuple(one["block_bytes"]))
     cfg = ScaleAssumptions(overlap=False)  # CPU: the ranks' threads fill the cores (see the docstring)
-    fit = fit_link([CollectiveSample(**s) for s in got["samples"]])
+    samples = [CollectiveSample(**s) for s in got["samples"]]
+    fit, fits = fit_link(samples), fit_links(samples)
+    links = links_of(fits)
     profile = {kind: _median_profile(got["alone"], kind) for kind in ("single", *STRATEGIES)}
     profile_beside = {kind: _median_profile(got["beside"], kind) for kind in ("single", *STRATEGIES)}
     k = profile["single"].optimizer_state_bytes / (shape.param_bytes / 4)
@@ -317,15 +319,18 @@ def evaluate(spec: str, steps: int, ranks: int, rounds: int, interconnect: str, 
             f"{kind} {p.forward_seconds * 1e3:.0f}/{p.backward_seconds * 1e3:.0f}/{p.optimizer_seconds * 1e3:.0f} ms"
             for kind, p in profiles.items()))
     bias = ", ".join(f"{c} {b:+.0%}" for c, b in fit.bias_by_collective.items())
-    print(f"  link fitted on {ranks} gloo ranks ({fit.samples} samples, 4 KiB..{_mib(got['sizes'][-1])}): "
+    largest = _mib(got["sizes"][-1])
+    print(f"  one link for all collectives on {ranks} gloo ranks ({fit.samples} samples, 4 KiB..{largest}): "
           f"{fit.link.describe()}; relative residual {fit.relative_residual:.1%} (worst {fit.max_relative_error:.1%}); "
           f"mean error by collective: {bias}")
+    print("  one link per collective (what the prediction uses): " + "; ".join(
+        f"{c} {f.link.describe()} (residual {f.relative_residual:.1%})" for c, f in fits.items()))
     print(f"  {'strategy':<8} {'step pred':>9} {'(bounds)':>17} {'measured':>9} {'(rounds)':>17} {'error':>11} "
           f"{'pred beside':>11} {'error':>11}   {'peak pred':>10} {'measured':>10} {'error':>8}")
     misses = []
     for kind in STRATEGIES:
-        p = predict(kind, ranks, profile=profile[kind], shape=shape, link=fit.link, cfg=cfg)
-        q = predict(kind, ranks, profile=profile_beside[kind], shape=shape, link=fit.link, cfg=cfg)
+        p = predict(kind, ranks, profile=profile[kind], shape=shape, link=links, cfg=cfg)
+        q = predict(kind, ranks, profile=profile_beside[kind], shape=shape, link=links, cfg=cfg)
         m = measured[kind]
         errors = {"step time (1 rank alone)": _error(p.step.predicted_seconds, m["step"], STEP_TARGET),
                   "step time (1 rank beside copies)": _error(q.step.predicted_seconds, m["step"], STEP_TARGET),

@@ -16,6 +16,8 @@ from torchsmith.distributed.alpha_beta import (
     Link,
     collective_seconds,
     fit_link,
+    fit_links,
+    links_of,
     parse_interconnect,
 )
 from torchsmith.distributed.collective_bench import BenchConfig, sizes_up_to
@@ -143,3 +145,29 @@ def test_fit_names_the_collective_the_one_link_misfits():
     bias = fit_link(samples).bias_by_collective
     assert set(bias) == {"all_reduce", "all_gather", "reduce_scatter"}
     assert bias["reduce_scatter"] < -0.2 < 0 < bias["all_reduce"]  # predicted too fast for it, too slow for the rest
+
+
+def test_one_link_per_collective_fits_the_backend_the_one_link_misfits():
+    truth = Link(alpha_seconds=1e-4, beta_seconds_per_byte=1e-9)
+    doubled = [s if s.collective != "reduce_scatter" else CollectiveSample(
+        ranks=s.ranks, collective=s.collective, nbytes=s.nbytes, seconds=2 * s.seconds) for s in _samples(truth)]
+    fits = fit_links(doubled)
+    assert set(fits) == set(COLLECTIVES)
+    assert all(fits[c].relative_residual < 1e-6 for c in ("all_reduce", "all_gather", "reduce_scatter"))
+    assert fit_link(doubled).relative_residual > 0.2  # what one link for all of them could do
+    links = links_of(fits)
+    # The per-collective links give back each measured time; reduce_scatter's is the doubled one.
+    for s in doubled:
+        assert collective_seconds(s.collective, ranks=s.ranks, nbytes=s.nbytes, link=links) == \
+            pytest.approx(s.seconds, rel=1e-6)
+    assert fits["broadcast"] is fits["all_gather"]  # not timed: costed as the all_gather it is modelled by
+
+
+def test_a_collective_measured_at_one_size_falls_back_to_the_joint_fit():
+    samples = _samples(LINK) + [CollectiveSample(ranks=2, collective="broadcast", nbytes=4096, seconds=1.0)]
+    fits = fit_links(samples)
+    assert fits["broadcast"] is fits["all_gather"]  # one size fits no line: all_gather's link, as modelled
+    only_reduce = [s for s in _samples(LINK) if s.collective == "all_reduce"]
+    fits = fit_links(only_reduce)
+    for c in ("all_gather", "reduce_scatter", "broadcast"):  # none timed: the joint fit of what was
+        assert fits[c].samples == len(only_reduce) and fits[c].link == fits["all_reduce"].link

@@ -7,8 +7,9 @@ import json
 import pytest
 from torch import nn
 
-from torchsmith.distributed.alpha_beta import Link, collective_seconds
+from torchsmith.distributed.alpha_beta import COLLECTIVES, Link, collective_seconds
 from torchsmith.distributed.scale_model import (
+    STRATEGIES,
     ModelShape,
     ScaleAssumptions,
     ScaleRow,
@@ -156,3 +157,18 @@ def test_scale_row_json_has_the_issue_fields_with_nulls_where_not_measured():
 def test_predict_table_covers_every_strategy_at_every_rank_count():
     rows = predict_table((8, 64, 512), profile=PROFILE, shape=SHAPE, link=LINK)
     assert [(p.ranks, p.strategy) for p in rows] == [(n, s) for n in (8, 64, 512) for s in ("ddp", "zero1", "fsdp2")]
+
+
+def test_each_collective_is_costed_over_its_own_link():
+    same = dict.fromkeys(COLLECTIVES, LINK)
+    for strategy in STRATEGIES:  # one link for all, or the same link per collective: the same step
+        assert predict_step(strategy, 2, profile=PROFILE, shape=SHAPE, link=same).predicted_seconds == \
+            predict_step(strategy, 2, profile=PROFILE, shape=SHAPE, link=LINK).predicted_seconds
+    slow_gather = {**same, "all_gather": Link(alpha_seconds=1e-4, beta_seconds_per_byte=4e-9)}
+
+    def comm(strategy, link):
+        step = predict_step(strategy, 2, profile=PROFILE, shape=SHAPE, link=link)
+        return step.exposed_comm_seconds + step.hideable_comm_seconds
+
+    assert comm("ddp", slow_gather) == comm("ddp", LINK)  # DDP all-reduces only
+    assert comm("fsdp2", slow_gather) > comm("fsdp2", LINK)  # FSDP2 all-gathers its units

@@ -9,8 +9,8 @@ Inputs, all measured without running N ranks:
   does not see the cores and memory bandwidth its neighbours take;
 - :class:`ModelShape`: the bytes of each parameter tensor and of each repeated block
   (:func:`model_shape`), from which each strategy's collectives are derived;
-- a :class:`~torchsmith.distributed.alpha_beta.Link` (fitted to collective microbenchmarks,
-  or assumed: ``parse_interconnect("100Gbps,5us")``).
+- a :class:`~torchsmith.distributed.alpha_beta.Link` (assumed: ``parse_interconnect("100Gbps,5us")``),
+  or one per collective fitted to collective microbenchmarks (``links_of(fit_links(samples))``).
 
 Communication per step, derived from the shape (not counted on an N-rank run):
 
@@ -57,10 +57,9 @@ What this model leaves out
 - Topology: one alpha-beta link between every pair of ranks. No NVLink-within-node versus
   network-between-nodes hierarchy, no switch oversubscription, no congestion.
 - NCCL's tree and other non-ring algorithms (lower latency at large N), gloo's own choice
-  of algorithm (absorbed into the fitted alpha and beta at the fitted rank count only; on
-  loopback gloo's reduce_scatter and all_gather cost more than the ring formula's share of
-  its all_reduce, which ``LinkFit.bias_by_collective`` shows), protocol switches between
-  small and large messages.
+  of algorithm (absorbed into each collective's fitted alpha and beta, at the fitted rank
+  count only: past it, every collective follows the ring formulas over the assumed link),
+  protocol switches between small and large messages.
 - Compute slowed down by communication contending for the same cores or memory bandwidth
   (on a CPU host, gloo's threads share the ranks' cores), and, unless the profile was measured
   beside copies of itself, by the other ranks' compute on the same host; other tenants.
@@ -89,7 +88,7 @@ from typing import Any, Literal
 
 from torch import nn
 
-from torchsmith.distributed.alpha_beta import Collective, Link, collective_seconds
+from torchsmith.distributed.alpha_beta import Collective, Link, Links, collective_seconds
 from torchsmith.structure import discover
 
 Strategy = Literal["ddp", "zero1", "fsdp2"]
@@ -256,7 +255,7 @@ class StepPrediction:
         return comm / self.no_overlap_seconds if self.no_overlap_seconds > 0 else 0.0
 
 
-def predict_step(strategy: Strategy, ranks: int, *, profile: StepProfile, shape: ModelShape, link: Link,
+def predict_step(strategy: Strategy, ranks: int, *, profile: StepProfile, shape: ModelShape, link: Link | Links,
                  cfg: ScaleAssumptions = ScaleAssumptions()) -> StepPrediction:
     """Step seconds of ``strategy`` at ``ranks`` ranks (see the module docstring for the model)."""
     _check_ranks(ranks)
@@ -369,7 +368,7 @@ class Prediction:
                         predicted_comm_share=self.step.comm_share)
 
 
-def predict(strategy: Strategy, ranks: int, *, profile: StepProfile, shape: ModelShape, link: Link,
+def predict(strategy: Strategy, ranks: int, *, profile: StepProfile, shape: ModelShape, link: Link | Links,
             cfg: ScaleAssumptions = ScaleAssumptions()) -> Prediction:
     """Step time and per-rank peak memory of ``strategy`` at ``ranks`` ranks."""
     return Prediction(strategy=strategy, ranks=ranks,

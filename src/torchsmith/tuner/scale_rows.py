@@ -3,9 +3,9 @@ measured there, by the search) and at 8, 64 and 512 ranks over an assumed interc
 
 The prediction (``distributed.scale_model``) comes from the inputs the search's first round
 measured on the ranks without training across them (``harness.scale_inputs``): the per-rank
-step beside its neighbours, the model's shape, and the collectives on these ranks, to which an
-alpha-beta link is fitted. At N, the fitted link of this machine; past it, the interconnect the
-user states (``--interconnect``, default ``DEFAULT_INTERCONNECT``), since nothing here can measure
+step beside its neighbours, the model's shape, and the collectives on these ranks, to each of
+which an alpha-beta link is fitted. At N, the fitted links of this machine; past it, the
+interconnect the user states (``--interconnect``, default ``DEFAULT_INTERCONNECT``), since nothing here can measure
 a network it does not have. The measured fields at N are the search's own: DDP's defaults (the
 baseline), ZeRO-1 and FSDP2 as their candidates ran, each in the round that measured it.
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from torchsmith.distributed.alpha_beta import CollectiveSample, fit_link, parse_interconnect
+from torchsmith.distributed.alpha_beta import CollectiveSample, fit_links, links_of, parse_interconnect
 from torchsmith.distributed.scale_model import (
     STRATEGIES,
     ModelShape,
@@ -42,11 +42,11 @@ MEASURED_AS = {"ddp": Plan(), "zero1": Plan(parallel=Zero1()), "fsdp2": Plan(par
 
 def scale_rows(inputs: Mapping[str, Any], *, nproc: int, measured: Mapping[Strategy, tuple[float | None, int | None]],
                interconnect: str = DEFAULT_INTERCONNECT, overlap: bool = False) -> list[ScaleRow]:
-    """Rows at ``nproc`` (predicted over the fitted link, measured where ``measured`` has the strategy),
+    """Rows at ``nproc`` (predicted over the fitted links, measured where ``measured`` has the strategy),
     then at each of ``TABLE_RANKS`` over ``interconnect``. ``overlap``: see ``ScaleAssumptions``."""
     profile = StepProfile(**inputs["profile"])
     shape = ModelShape(tensor_bytes=tuple(inputs["tensor_bytes"]), block_bytes=tuple(inputs["block_bytes"]))
-    here = fit_link([CollectiveSample(**s) for s in inputs["samples"]]).link
+    here = links_of(fit_links([CollectiveSample(**s) for s in inputs["samples"]]))
     assumed = parse_interconnect(interconnect)
     cfg = ScaleAssumptions(overlap=overlap)
     rows = []
