@@ -1,4 +1,5 @@
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -23,6 +24,13 @@ import torch  # noqa: E402
 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     torch.set_num_threads(1)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+# A shell starts a background job (`make test &`) with SIGINT ignored, and an ignored signal stays
+# ignored across exec: the tests that press Ctrl-C on a child (doctor's partial window, run's exit
+# code 130) then wait for a child that never gets it. A Python handler is reset to the default on
+# exec, so with this one the children start as a terminal would start them.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Fails an unmarked test that starts a process or calls torch.compile (the fast tier stays fast).
 from spawn_guard import pytest_configure, pytest_runtest_protocol, pytest_runtest_teardown  # noqa: E402, F401
