@@ -2,8 +2,12 @@
 (each `data[i:i+block]` turns a 0-d tensor into an int: `aten::item`, which waits for no device on
 a CPU), a small causal transformer, AdamW, a `.item()` loss read for the log.
 
---planted: `torch.set_num_threads(16 * cores)` (a thread count copied from a bigger machine):
-oversubscribed cores, which doctor's threads rule must find by measuring the cores' count.
+--planted: `torch.set_num_threads(64 * cores)` (a thread count copied from a 128-core server):
+oversubscribed cores, which doctor's threads rule must find by measuring the cores' count. At
+16 per core the full suite once measured 32 threads at 0.14-0.15 s a step against 1 thread's
+0.12-0.14 s, too close to call, while the other worker loaded the cores. Beside 1 and 3 busy
+loops, 1 thread against 16 per core was 3.5-4.6x and 2.7-3.5x, against 64 per core 10-11.5x and
+5.8-7.2x (doctor's probe medians, 2-3 runs each).
 """
 
 import argparse
@@ -20,7 +24,7 @@ parser.add_argument("--steps", type=int, default=20)
 parser.add_argument("--planted", action="store_true")
 args = parser.parse_args()
 if args.planted:
-    torch.set_num_threads(16 * len(os.sched_getaffinity(0)))
+    torch.set_num_threads(64 * len(os.sched_getaffinity(0)))
 
 block_size, batch_size, vocab, n_embd, n_head, n_layer = 64, 8, 256, 128, 4, 2
 
