@@ -201,10 +201,18 @@ class _ScriptSearch:
         """Seconds one (reference, candidate) pair is expected to take."""
         return 2 * self.run_cost + (COMPILE_EXTRA_SECONDS / 3 if plan.compile.enabled else 0)
 
+    def fits_only_tuned(self) -> bool:
+        """The script as written is over the memory limit: a plan that fits is kept however fast."""
+        limit = self.cfg.memory_limit
+        return limit is not None and self.first is not None and (self.first.peak_memory_bytes or 0) > limit
+
     def proof_pairs(self) -> int:
-        """Pairs the final proof is sure to get, however the budget stands: see :func:`proof_pairs`."""
+        """Pairs the final proof is sure to get, however the budget stands: see :func:`proof_pairs`.
+        A plan kept for memory alone has no speed to confirm: the minimum."""
         if self.best == Plan() or self.noise is None:
             return 0
+        if self.fits_only_tuned():
+            return self.cfg.min_pairs
         won = [c.interval for c in self.candidates if c.status == "accepted" and c.interval is not None]
         return proof_pairs(self.noise, won, self.cfg.min_pairs, self.cfg.max_pairs)
 
@@ -375,7 +383,6 @@ class _ScriptSearch:
         """The best plan against the script as written, in fresh pairs: the claim and its interval."""
         assert self.first is not None and self.noise is not None
         first = self.first
-        fits_only_tuned = self.cfg.memory_limit is not None and (first.peak_memory_bytes or 0) > self.cfg.memory_limit
         best, best_c, interval, measured, best_run = self.best, None, None, None, None
         base_times = [first.step_seconds or 0.0]
         base_steps, best_steps = list(first.step_times), []
@@ -397,7 +404,8 @@ class _ScriptSearch:
             base_steps = [t for r in out.reference for t in r.step_times] or base_steps
             best_steps = [t for r in out.candidate for t in r.step_times]
             ok = out.stopped_by is None and interval is not None
-            keep = ok and measured is not None and (fits_only_tuned or measured.verdict(NOISE_MARGIN) == "faster")
+            faster = measured is not None and measured.verdict(NOISE_MARGIN) == "faster"
+            keep = ok and measured is not None and (self.fits_only_tuned() or faster)
             if keep:
                 best_run = min(out.candidate, key=lambda r: r.step_seconds or math.inf)
                 best_c = _candidate(best, "best", "accepted", out.candidate, first, self.reference, "", interval)
