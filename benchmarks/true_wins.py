@@ -2,8 +2,8 @@
 
 ``benchmarks/scripts/many_params.py`` steps hundreds of small tensors with Adam's for-loop
 implementation (PyTorch's default for CPU tensors): ``foreach``/``fused`` cut the optimizer's
-per-tensor overhead, a planted ~1.35x at the default ``--batch 4096`` on the 2-core VM (``--batch 64``:
-foreach ~1.7x, fused ~3x; size it with --tensors/--work/--batch). Each
+per-tensor overhead, a planted ~1.2-1.4x at the default ``--batch 4096`` on the 2-core VM (``--batch 64``:
+foreach ~1.4-1.7x, fused ~1.7-3.4x; size it with --tensors/--work/--batch). Each
 tune's claimed interval is then checked against an independent re-measurement in fresh processes
 (``verify_script``). Targets: at least 9 of 10 tunes find it; every interval contains its
 re-measured ratio.

@@ -2,9 +2,9 @@
 for-loop implementation (PyTorch's default for CPU tensors), so ``foreach=True`` (or ``fused``)
 removes most of the optimizer's per-tensor Python overhead. A fixed matmul keeps the rest of the
 step from being nothing. Its batch sizes the win without adding parameters (a wider matmul adds
-optimizer work too): on the 2-core AVX2 VM, 300 tensors at width 256 gave foreach 1.70x and
-fused 3.02x at batch 64, and about 1.35x and 1.36-1.43x at batch 4096 (in-process medians of 45
-steps, two runs).
+optimizer work too). On the 2-core AVX2 VM, with 300 tensors at width 256, ``benchmarks/true_wins.py``
+re-measured foreach at 1.40-1.69x and fused at 1.72-3.43x at batch 64 (10 tunes), and foreach at
+1.38x (1.12-1.69) at batch 4096 (its proofs there read 1.16-1.28x).
 
     python benchmarks/scripts/many_params.py [--steps 400] [--tensors 600] [--work 192] [--batch 64]
 """

@@ -7,7 +7,8 @@ oversubscribed cores, which doctor's threads rule must find by measuring the cor
 16 per core the full suite once measured 32 threads at 0.14-0.15 s a step against 1 thread's
 0.12-0.14 s, too close to call, while the other worker loaded the cores. Beside 1 and 3 busy
 loops, 1 thread against 16 per core was 3.5-4.6x and 2.7-3.5x, against 64 per core 10-11.5x and
-5.8-7.2x (doctor's probe medians, 2-3 runs each).
+5.8-7.2x (doctor's probe medians, 2-3 runs each of `torchsmith doctor -- python
+tests/scripts/nanogpt_memmap.py --planted --steps 30` beside `python -c 'while True: pass'`).
 """
 
 import argparse
