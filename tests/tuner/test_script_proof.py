@@ -72,23 +72,3 @@ def test_a_sized_proof_confirms_a_true_win_more_often_than_three_pairs():
     assert trials > 100
     assert sized >= 0.9 * trials
     assert sized > three
-
-
-def test_a_plan_kept_for_memory_alone_gets_the_minimum():
-    """As written over the memory limit, the first plan that fits is kept however fast (after one
-    pair): its proof has no speed to confirm, so the walk reserves only the minimum for it."""
-    from torchsmith.plan import CheckpointBlocks, Plan
-    from torchsmith.tuner.result import Candidate
-    from torchsmith.tuner.script.run import ScriptRun
-    from torchsmith.tuner.script.search import ScriptTuneConfig, _ScriptSearch
-
-    plan = Plan(checkpointing=CheckpointBlocks())
-    one_pair = speedup_interval([1.0], [1.2])
-    search = _ScriptSearch(["python", "train.py"], ScriptTuneConfig(memory_limit=100), None, None)
-    search.noise, search.best = QUIET, plan
-    search.candidates = [Candidate(plan, "checkpointing", "accepted", 1.2, one_pair.estimate, 90, 0.9, 0.0, None,
-                                   None, "", plan.describe(), interval=one_pair)]
-    search.first = ScriptRun(plan=Plan(), step_seconds=1.0, peak_memory_bytes=50, losses=[1.0])
-    assert search.proof_pairs() == 8  # fits as written: the speed must be proved, and one pair says nothing
-    search.first = ScriptRun(plan=Plan(), step_seconds=1.0, peak_memory_bytes=200, losses=[1.0])
-    assert search.proof_pairs() == 3

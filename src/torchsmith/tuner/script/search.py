@@ -211,9 +211,8 @@ class _ScriptSearch:
         A plan kept for memory alone has no speed to confirm: the minimum."""
         if self.best == Plan() or self.noise is None:
             return 0
-        if self.fits_only_tuned():
-            return self.cfg.min_pairs
-        won = [c.interval for c in self.candidates if c.status == "accepted" and c.interval is not None]
+        won = [] if self.fits_only_tuned() else [
+            c.interval for c in self.candidates if c.status == "accepted" and c.interval is not None]
         return proof_pairs(self.noise, won, self.cfg.min_pairs, self.cfg.max_pairs)
 
     def proof_reserve(self) -> float:
@@ -454,7 +453,7 @@ def proof_pairs(noise: NoiseCalibration, won: list[SpeedupInterval], min_pairs: 
         noise = NoiseCalibration(spread=0.30, pairs=3)
         proof_pairs(noise, [speedup_interval([1.0] * 4, [0.6, 0.7, 0.65, 0.62])], 3, 8)   # 3: a clear win
     """
-    if not won:
+    if not won:  # nothing to confirm (a plan kept because it fits the memory limit): the minimum
         return min_pairs
     effect = math.prod(iv.low for iv in won)
     seen = [noise] + [NoiseCalibration(spread=iv.half_width, pairs=iv.pairs) for iv in won]
