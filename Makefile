@@ -28,8 +28,9 @@ check: install
 # One pytest-xdist worker per core (on 2 cores, one run each: 23m29s in one process; on two workers,
 # with their processes on one thread each (tests/conftest.py), 10m43s on one VM, 13m19s and 11m33s in two
 # clean-clone .ci/runs on a slower one, and 13m42s (cold Inductor cache), 12m01s and 14m26s on an AVX2-only
-# EPYC whose test durations moved by 20% between the last two runs). It is bound by CPU (28 CPU-min in
-# 14m26s), most of it child processes importing torch. TEST_WORKERS=1 runs it on one.
+# EPYC whose test durations moved by 20% between the last two runs; on it again, 13m46s and 16m18s for the
+# same code 30 minutes apart). It is bound by CPU (28 CPU-min in 14m26s), most of it child processes
+# importing torch. TEST_WORKERS=1 runs it on one.
 test: check
 	bash scripts/install_test_tools.sh
 	$(PY) -m pytest -q -n $(TEST_WORKERS)
