@@ -404,7 +404,7 @@ class _ScriptSearch:
             best_steps = [t for r in out.candidate for t in r.step_times]
             ok = out.stopped_by is None and interval is not None
             faster = measured is not None and measured.verdict(NOISE_MARGIN) == "faster"
-            keep = ok and measured is not None and (self.fits_only_tuned() or faster)
+            keep = ok and (self.fits_only_tuned() or faster)
             if keep:
                 best_run = min(out.candidate, key=lambda r: r.step_seconds or math.inf)
                 best_c = _candidate(best, "best", "accepted", out.candidate, first, self.reference, "", interval)
