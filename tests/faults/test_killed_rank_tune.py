@@ -30,7 +30,8 @@ def test_killed_rank_x_tune_fails_the_candidate_and_the_search_goes_on():
                "--kill-rank-if-optimizer-changed", "1"]
     result = tune_script(command, ScriptTuneConfig(
         budget_seconds=600, knobs=("optimizer",), run=ScriptRunConfig(warmup=2, window=3, timeout_s=120),
-        calibration_pairs=1, min_pairs=2, max_pairs=2, min_window_seconds=0.0))  # one A/A pair: the guard's spread
+        # one A/A pair: the guard's spread
+        calibration_pairs=1, min_pairs=2, max_pairs=2, proof_max_pairs=2, min_window_seconds=0.0))
     tried = [c for c in result.candidates if c.status != "baseline"]
     assert tried, [(c.plan.describe(), c.status, c.reason) for c in result.candidates]
     assert all(c.status == "failed" for c in tried), [(c.plan.describe(), c.status, c.reason) for c in tried]

@@ -88,7 +88,7 @@ def test_the_aa_guard_compares_rank_with_rank(tmp_path):
     counter = tmp_path / "runs"
     result = tune_script(_torchrun("--steps", "12", "--alternate-slow-rank", str(counter)), ScriptTuneConfig(
         budget_seconds=600, knobs=(), run=ScriptRunConfig(warmup=2, window=3, timeout_s=120),
-        calibration_pairs=1, min_pairs=2, max_pairs=2, min_window_seconds=0.0))
+        calibration_pairs=1, min_pairs=2, max_pairs=2, proof_max_pairs=2, min_window_seconds=0.0))
     assert int(counter.read_text()) >= 2  # both orders ran: each rank was the first to step in one run
     assert result.spread is not None and result.spread.max_rel_diff == 0.0, result.notes
     assert result.guard.loss_rtol == ScriptTuneConfig().guard.loss_rtol  # not widened

@@ -4,6 +4,8 @@ samples: sized by the noise seen and the walk's win, between ``min_pairs`` and `
 import math
 import random
 
+import pytest
+
 from torchsmith.measure.intervals import NOISE_MARGIN, NoiseCalibration, speedup_interval
 from torchsmith.tuner.script.search import proof_pairs
 
@@ -72,3 +74,49 @@ def test_a_sized_proof_confirms_a_true_win_more_often_than_three_pairs():
     assert trials > 100
     assert sized >= 0.9 * trials
     assert sized > three
+
+
+def _clocked_runs(monkeypatch, speedup: float, noise: float, seed: int) -> None:
+    """run_script replaced by seeded lognormal step times (the candidate ``speedup``x faster), each run
+    taking exactly one second of a fake clock, so the budget binds as the search predicted it would."""
+    from types import SimpleNamespace
+
+    from torchsmith.inject.outcome import KnobOutcome
+    from torchsmith.tuner.script.run import ScriptRun
+
+    rng, now = random.Random(seed), [0.0]
+
+    def fake_run(command, plan, cfg, env=None):
+        now[0] += 1.0
+        fast = plan.optimizer.impl != "as_written"
+        applied = {"optimizer": KnobOutcome(knob="optimizer", status="applied", detail="AdamW(...)")} if fast else {}
+        return ScriptRun(plan=plan, step_seconds=math.exp(rng.gauss(0, noise)) / (speedup if fast else 1.0),
+                         losses=[1.0, 0.9], applied=applied, wall_seconds=1.0, exit_code=0, facts={"device": "cpu"},
+                         steps=cfg.warmup + cfg.window)
+
+    monkeypatch.setattr("torchsmith.tuner.script.search.run_script", fake_run)
+    monkeypatch.setattr("torchsmith.tuner.script.search.time", SimpleNamespace(perf_counter=lambda: now[0]))
+
+
+def test_a_late_win_overruns_the_budget_by_at_most_the_minimum_proof(monkeypatch):
+    """A win accepted as the budget ends raises the proof's reserve after the walk kept it: the proof
+    then runs min_pairs pairs (never its sized count of up to proof_max_pairs), so no tune overruns
+    its budget by more than those pairs, whatever the noise; a quiet one ends within it."""
+    from torchsmith.tuner.script import ScriptTuneConfig, tune_script
+
+    overruns = []
+    for seed in range(12):
+        _clocked_runs(monkeypatch, speedup=1.3, noise=0.2, seed=seed)
+        cfg = ScriptTuneConfig(budget_seconds=40, knobs=("optimizer",), min_window_seconds=0.0)
+        r = tune_script(["train.py"], cfg)
+        overruns.append(r.elapsed_seconds - cfg.budget_seconds)
+        if r.decided_by is not None:
+            assert r.decided_by.pairs >= cfg.min_pairs
+    assert max(overruns) <= 2 * ScriptTuneConfig.min_pairs, overruns  # a pair is two 1-second runs
+
+
+def test_a_config_whose_pairs_cannot_decide_is_refused_with_a_tip():
+    from torchsmith.tuner.script import ScriptTuneConfig
+
+    with pytest.raises(ValueError, match=r"min_pairs <= max_pairs and proof_max_pairs[\s\S]*Tip: --pairs N"):
+        ScriptTuneConfig(min_pairs=3, proof_max_pairs=2)

@@ -27,7 +27,7 @@ from torchsmith.tuner.script.search import unapplied
 SCRIPT = Path(__file__).parents[1] / "scripts" / "plain_loop.py"
 SRC = Path(__file__).parent.parent.parent / "src"
 RUN = ScriptRunConfig(warmup=2, window=3, timeout_s=120)
-FEW = {"calibration_pairs": 1, "min_pairs": 2, "max_pairs": 2, "min_window_seconds": 0.0}
+FEW = {"calibration_pairs": 1, "min_pairs": 2, "max_pairs": 2, "proof_max_pairs": 2, "min_window_seconds": 0.0}
 """Real-script tests check decisions other than speed (guard, crashes, knobs as written): few pairs, and one
 A/A pair (the two runs the guard's spread needs; it bounds no noise)."""
 

@@ -37,7 +37,8 @@ def tune_script_command(command: list[str], *, budget: str, memory_limit: Option
         if window is not None:  # exactly that many steps: not stretched to the 2 s floor
             cfg = replace(cfg, min_window_seconds=0.0)
         if pairs is not None:  # every comparison capped, the calibration's too
-            cfg = replace(cfg, calibration_pairs=min(3, pairs), min_pairs=min(3, pairs), max_pairs=pairs)
+            cfg = replace(cfg, calibration_pairs=min(3, pairs), min_pairs=min(3, pairs), max_pairs=pairs,
+                          proof_max_pairs=pairs)
         cmd = python_command(command)
         says = error_console if as_json else console  # --json: stdout holds the JSON object alone
         with tune_progress(out=says) as progress:

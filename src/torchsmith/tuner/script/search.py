@@ -101,8 +101,19 @@ class ScriptTuneConfig:
     """A/A pairs of the script as written against itself at the start: the machine's noise."""
     min_pairs: int = 3
     """Pairs every candidate and the proof get before a decision (2 pairs bound little)."""
-    max_pairs: int = 8
-    """A close call stops here, "not distinguishable". More: finer decisions, longer tunes."""
+    max_pairs: int = 16
+    """A close call in the walk stops here, "not distinguishable" (or earlier, when the budget ends).
+    8 decided a planted 1.3x in 1 of 3 tunes on the noisy VM (its pairs read +-20%):
+    ``benchmarks/pair_caps.py`` simulates what each cap finds and costs."""
+    proof_max_pairs: int = 24
+    """The final proof's cap: it is the claim, on fresh pairs, so it may run longer than a walk
+    comparison. Pairs past the ones :func:`proof_pairs` sizes run only within the budget."""
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_pairs <= min(self.max_pairs, self.proof_max_pairs):
+            raise ValueError(f"ScriptTuneConfig needs 1 <= min_pairs <= max_pairs and proof_max_pairs; got "
+                             f"min_pairs={self.min_pairs}, max_pairs={self.max_pairs}, "
+                             f"proof_max_pairs={self.proof_max_pairs}.\nTip: --pairs N sets all three.")
 
 
 @dataclass
@@ -213,7 +224,7 @@ class _ScriptSearch:
             return 0
         won = [] if self.fits_only_tuned() else [
             c.interval for c in self.candidates if c.status == "accepted" and c.interval is not None]
-        return proof_pairs(self.noise, won, self.cfg.min_pairs, self.cfg.max_pairs)
+        return proof_pairs(self.noise, won, self.cfg.min_pairs, self.cfg.proof_max_pairs)
 
     def proof_reserve(self) -> float:
         """Seconds kept back during the walk for the final proof's sure pairs."""
@@ -387,13 +398,17 @@ class _ScriptSearch:
         base_steps, best_steps = list(first.step_times), []
         if best != Plan():
             self.progress("proof")
-            # The proof's sure pairs were reserved during the walk; more only within the budget.
-            sure = self.proof_pairs()
-            decide = AdaptivePairs(min_pairs=self.cfg.min_pairs, max_pairs=self.cfg.max_pairs)
+            # The proof's sure pairs were reserved during the walk; more only within the budget. A win
+            # accepted last raises the reserve after the walk kept it: then the budget's pairs, and never
+            # fewer than the minimum, so a late win overruns the budget by at most min_pairs pairs.
+            cost = self.pair_cost(best)
+            left = int(max(0.0, self.cfg.budget_seconds - self.elapsed()) // cost) if cost > 0 else self.proof_pairs()
+            sure = max(self.cfg.min_pairs, min(self.proof_pairs(), left))
+            decide = AdaptivePairs(min_pairs=self.cfg.min_pairs, max_pairs=self.cfg.proof_max_pairs)
             out = compare_in_pairs(
                 self.measure, Plan(), best, decide,
                 afford_pair=lambda: (decide.pairs < sure
-                                     or self.elapsed() + self.pair_cost(best) <= self.cfg.budget_seconds),
+                                     or self.elapsed() + cost <= self.cfg.budget_seconds),
                 stop=lambda r: self._guard_rejection(r) is not None, reference_label="proof: baseline")
             # The decision is on the 95% interval of the true ratio (as the adaptive pairs were); the claim
             # printed is wider: where a re-measurement of as many pairs lands.
