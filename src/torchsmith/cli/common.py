@@ -40,7 +40,8 @@ WindowOption = Annotated[Optional[int], typer.Option(
 
 PairsOption = Annotated[Optional[int], typer.Option(
     "--pairs", min=2, help="Scripts: the most alternating process pairs a comparison gets before a close call is "
-                           "'not distinguishable' (default: tune 8, verify 12); the least is min(3, this). Fewer: "
+                           "'not distinguishable' (default: tune 16 in the search and 24 in the final proof, verify "
+                           "12); the least is min(3, this). Fewer: "
                            "quicker, coarser decisions."
 )]
 """``pairs: PairsOption = None``: the one declaration of ``--pairs``."""
