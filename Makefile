@@ -29,8 +29,9 @@ check: install
 # with their processes on one thread each (tests/conftest.py), 10m43s on one VM, 13m19s and 11m33s in two
 # clean-clone .ci/runs on a slower one, and 13m42s (cold Inductor cache), 12m01s and 14m26s on an AVX2-only
 # EPYC whose test durations moved by 20% between the last two runs; on it again, 13m46s and 16m18s for the
-# same code 30 minutes apart). It is bound by CPU (28 CPU-min in 14m26s), most of it child processes
-# importing torch. TEST_WORKERS=1 runs it on one.
+# same code 30 minutes apart, then 14m29s and 18m32s two hours apart, every test slower in the second).
+# It is bound by CPU (28 CPU-min in 14m26s), most of it child processes importing torch (2.2 s) and
+# torch._dynamo (2.2 s more: any optimizer's constructor imports it). TEST_WORKERS=1 runs it on one.
 test: check
 	bash scripts/install_test_tools.sh
 	$(PY) -m pytest -q -n $(TEST_WORKERS)
