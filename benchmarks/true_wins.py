@@ -25,7 +25,7 @@ SCRIPT = Path(__file__).resolve().parent / "scripts" / "many_params.py"
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=10, help="tunes to run")
-    ap.add_argument("--budget", default="8m", help="each tune's budget (a 1.3x takes ~29 pairs of ~10 s here)")
+    ap.add_argument("--budget", default="8m", help="each tune's budget (a 1.3x takes ~29 pairs of ~17 s here)")
     ap.add_argument("--verify-budget", default="2m", help="each independent re-measurement's budget")
     ap.add_argument("--knobs", default=None, help="comma-separated knobs to search (default: all)")
     ap.add_argument("--tensors", type=int, default=300, help="small parameter tensors in the script")
