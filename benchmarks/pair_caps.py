@@ -64,7 +64,7 @@ def tune_once(rng: random.Random, speedup: float, max_pairs: int, proof_max_pair
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--trials", type=int, default=200, help="tunes per cell (200: ~2 minutes)")
+    ap.add_argument("--trials", type=int, default=200, help="tunes per cell (200: about 4 minutes)")
     args = ap.parse_args()
     caps = [(8, 8), (12, 12), (16, 16), (16, 24), (24, 24)]
     print(f"{args.trials} tunes per cell; each cell: share claimed / mean pairs spent on the knob / share of "
