@@ -54,8 +54,8 @@ def main() -> int:
                   + "".join(f"; {n}" for n in proof), flush=True)
             continue
         found += 1
-        # As many pairs as the claim: the claim says where a re-measurement of that design lands. A verify
-        # that stops at 3-4 pairs is noisier than that (benchmarks/pair_caps.py: 86% inside, not 94-96%).
+        # As many pairs as the claim: the claim says where a re-measurement of that design lands. A verify that
+        # stops at 3-4 pairs is noisier (benchmarks/pair_caps.py --short-verify: 82-90% inside, not 94-97%).
         v = verify_script(r.plan, cmd, ScriptVerifyConfig(budget_seconds=parse_duration(args.verify_budget),
                                                           min_pairs=iv.pairs, max_pairs=max(12, iv.pairs)))
         inside = iv.low <= v.interval.estimate <= iv.high
