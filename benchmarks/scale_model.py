@@ -47,6 +47,7 @@ from pathlib import Path
 WARMUP = 2
 TABLE_RANKS = (8, 64, 512)
 STRATEGIES = ("ddp", "zero1", "fsdp2")
+PHASES = ("forward", "backward", "optimizer")
 STEP_TARGET, PEAK_TARGET = 0.20, 0.15
 
 
@@ -77,12 +78,22 @@ def _local_optimizer(optimizer):
     return optimizer.optim if isinstance(optimizer, ZeroRedundancyOptimizer) else optimizer
 
 
+def _rotated(kinds: tuple[str, ...], i: int) -> tuple[str, ...]:
+    """``kinds`` starting at the i-th: each strategy runs first, second, ... in turn, so none is always
+    the one that runs right after another's allocation pattern or the machine's idle gap."""
+    i %= len(kinds)
+    return kinds[i:] + kinds[:i]
+
+
 def one_rank(spec: str, steps: int, ranks: int, out: str) -> None:
     """Job 1: the 1-rank measurements the prediction is made from, in a world-size-1 gloo group.
 
     Each strategy is timed at world size 1, where its collectives have no one to talk to: what
     remains is the strategy's own compute (DDP's bucket copies, ZeRO-1's wrapped optimizer, FSDP2's
-    hooks and DTensor parameters). The peak memory is the plain (single) step's."""
+    hooks and DTensor parameters). The strategies' steps are interleaved, one step of each in turn,
+    so that a shared machine's changing load falls on all of them alike: timed one strategy after
+    another, two strategies with the same forward and backward differed by 25% (157/303 ms against
+    121/239 ms in one run). The peak memory is the plain (single) step's."""
     import torch
 
     from torchsmith.distributed.runtime import init_from_env, shard_batch, shutdown
@@ -94,34 +105,38 @@ def one_rank(spec: str, steps: int, ranks: int, out: str) -> None:
     init_from_env(torch.device("cpu"))  # RANK=0, WORLD_SIZE=1 from the parent
     w, batches = _batches(spec, WARMUP + steps + 2)
     local = [shard_batch(b, 0, ranks) for b in batches]  # the micro-batch rank 0 gets at `ranks` ranks
-    result: dict = {"threads": torch.get_num_threads(), "phases": {}}
-    for kind in ("single", *STRATEGIES):
-        step = _fresh_step(w, kind)
+    kinds = ("single", *STRATEGIES)
+    built = {kind: _fresh_step(w, kind) for kind in kinds}
+    for step in built.values():
         for b in local[:WARMUP]:
             step(b)
-        if kind == "single":
-            with track_peak_memory("cpu", live=(step.model, step.optimizer)) as mem:
-                step(local[WARMUP])
-            shape = model_shape(step.model)
-            result.update(peak=mem.result.peak_bytes, optimizer_state=optimizer_state_bytes(step.optimizer),
-                          tensor_bytes=list(shape.tensor_bytes), block_bytes=list(shape.block_bytes))
-        _file_barrier(kind)
-        step.timer = timer = PhaseTimer()
-        for b in local[WARMUP + 1:-1]:
-            step(b)
-            timer.end_step()
-        step.timer = None
+    single = built["single"]
+    with track_peak_memory("cpu", live=(single.model, single.optimizer)) as mem:
+        single(local[WARMUP])
+    shape = model_shape(single.model)
+    result: dict = {"threads": torch.get_num_threads(), "phases": {}, "peak": mem.result.peak_bytes,
+                    "optimizer_state": optimizer_state_bytes(single.optimizer),
+                    "tensor_bytes": list(shape.tensor_bytes), "block_bytes": list(shape.block_bytes)}
+    _file_barrier("timed")
+    timers = {kind: PhaseTimer() for kind in kinds}
+    for i, b in enumerate(local[WARMUP + 1:-1]):
+        for kind in _rotated(kinds, i):
+            built[kind].timer = timers[kind]
+            built[kind](b)
+            timers[kind].end_step()
+            built[kind].timer = None
+    for step in built.values():
         step(local[-1])  # untimed: keeps a copy running beside this one busy until its timed steps end
+    for kind, timer in timers.items():
         phases = timer.summary(warmup=0).median
-        result["phases"][kind] = {p: phases[p] for p in ("forward", "backward", "optimizer")}
-        del step
+        result["phases"][kind] = {p: phases[p] for p in PHASES}
     Path(out).write_text(json.dumps(result))
     shutdown()
 
 
 def _file_barrier(tag: str) -> None:
     """Wait until every copy started side by side (``SCALE_COPIES`` in ``SCALE_BARRIER_DIR``) reached
-    barrier ``tag``, so that the copies time the same strategy at the same moment; no process group
+    barrier ``tag``, so that the copies start their timed steps at the same moment; no process group
     spans them."""
     folder, copies = os.environ.get("SCALE_BARRIER_DIR"), int(os.environ.get("SCALE_COPIES", "1"))
     if folder is None or copies == 1:
@@ -152,7 +167,7 @@ def bench(sizes: list[int], out: str) -> None:
 
 
 def two_ranks(spec: str, steps: int, out: str) -> None:
-    """Job 3 (every rank): the real N-rank run of each strategy."""
+    """Job 3 (every rank): the real N-rank run of each strategy, their steps interleaved as in job 1."""
     import torch
     import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -160,43 +175,54 @@ def two_ranks(spec: str, steps: int, out: str) -> None:
     from torchsmith.distributed.commcount import CommStats, count_collectives
     from torchsmith.distributed.runtime import init_from_env, shard_batch, shutdown
     from torchsmith.measure.memory import track_peak_memory
+    from torchsmith.measure.timing import PhaseTimer
 
     ctx = init_from_env(torch.device("cpu"))
     w, batches = _batches(spec, WARMUP + steps + 2)
     local = [shard_batch(b, ctx.rank, ctx.world_size) for b in batches]
-    results = {}
+    built, buckets = {}, {}
     for kind in STRATEGIES:
-        step = _fresh_step(w, kind)
-        buckets: list[torch.Tensor] = []
+        step = built[kind] = _fresh_step(w, kind)
+        kept: list[torch.Tensor] = buckets.setdefault(kind, [])
         if kind != "fsdp2":
-            def recording_hook(state, bucket, buckets=buckets):
+            def recording_hook(state, bucket, kept=kept):
                 # DDP's flat gradient buckets live in its C++ reducer, out of the memory tracker's
                 # sight; the hook sees them. allreduce_hook is the built-in hook's maths in Python.
-                buckets.append(bucket.buffer())
+                kept.append(bucket.buffer())
                 return default_hooks.allreduce_hook(state, bucket)
 
             step.model.register_comm_hook(None, recording_hook)
         for b in local[:WARMUP]:
-            buckets.clear()  # only the current buckets (DDP rebuilds them after its first step)
+            kept.clear()  # only the current buckets (DDP rebuilds them after its first step)
             step(b)
+    results = {}
+    for kind, step in built.items():
         stats = CommStats()
         with count_collectives(stats):
-            buckets.clear()
+            buckets[kind].clear()
             step(local[WARMUP])
-        times = []
-        for b in local[WARMUP + 1:-1]:
+        results[kind] = {"calls": dict(stats.calls), "bytes": dict(stats.bytes)}
+    times: dict[str, list[float]] = {kind: [] for kind in STRATEGIES}
+    timers = {kind: PhaseTimer() for kind in STRATEGIES}  # where the N-rank step's time goes, printed
+    for i, b in enumerate(local[WARMUP + 1:-1]):
+        for kind in _rotated(STRATEGIES, i):
+            built[kind].timer = timers[kind]
             start = time.perf_counter()
-            step(b)
-            times.append(time.perf_counter() - start)
-        live = (step.model, _local_optimizer(step.optimizer), list(buckets))
+            built[kind](b)
+            times[kind].append(time.perf_counter() - start)
+            timers[kind].end_step()
+            built[kind].timer = None
+    for kind, step in built.items():
+        live = (step.model, _local_optimizer(step.optimizer), list(buckets[kind]))
         with track_peak_memory("cpu", live=live) as mem:
             step(local[-1])
         del live
-        slowest = torch.tensor([statistics.median(times), float(mem.result.peak_bytes)], dtype=torch.float64)
+        phases = timers[kind].summary(warmup=0).median
+        slowest = torch.tensor([statistics.median(times[kind]), float(mem.result.peak_bytes),
+                                *(phases[p] for p in PHASES)], dtype=torch.float64)
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-        results[kind] = {"step": slowest[0].item(), "peak": int(slowest[1].item()),
-                         "calls": dict(stats.calls), "bytes": dict(stats.bytes)}
-        del step
+        results[kind].update(step=slowest[0].item(), peak=int(slowest[1].item()),
+                             phases=dict(zip(PHASES, slowest[2:].tolist(), strict=True)))
     if ctx.rank == 0:
         Path(out).write_text(json.dumps({"threads": torch.get_num_threads(), "results": results}))
     shutdown()
@@ -253,7 +279,7 @@ def _median_profile(ones: list[dict], kind: str):
     from torchsmith.distributed.scale_model import StepProfile
 
     return StepProfile(**{f"{phase}_seconds": statistics.median(o["phases"][kind][phase] for o in ones)
-                          for phase in ("forward", "backward", "optimizer")},
+                          for phase in PHASES},
                        peak_bytes=max(o["peak"] for o in ones), optimizer_state_bytes=ones[0]["optimizer_state"])
 
 
@@ -290,6 +316,7 @@ def _measure(spec: str, steps: int, ranks: int, rounds: int, threads: int) -> di
             runs.append(json.loads(Path(two_out).read_text())["results"])
     measured = {kind: {"step": statistics.median(r[kind]["step"] for r in runs),
                        "step_range": (min(r[kind]["step"] for r in runs), max(r[kind]["step"] for r in runs)),
+                       "phases": {p: statistics.median(r[kind]["phases"][p] for r in runs) for p in PHASES},
                        "peak": max(r[kind]["peak"] for r in runs), "calls": runs[0][kind]["calls"],
                        "bytes": runs[0][kind]["bytes"]} for kind in STRATEGIES}
     return {"alone": alone, "beside": beside, "samples": samples, "sizes": sizes, "measured": measured}
@@ -318,6 +345,9 @@ def evaluate(spec: str, steps: int, ranks: int, rounds: int, interconnect: str, 
         print(f"    {name:<17} " + "   ".join(
             f"{kind} {p.forward_seconds * 1e3:.0f}/{p.backward_seconds * 1e3:.0f}/{p.optimizer_seconds * 1e3:.0f} ms"
             for kind, p in profiles.items()))
+    print(f"    {ranks} ranks (measured) " + "   ".join(
+        f"{kind} " + "/".join(f"{measured[kind]['phases'][p] * 1e3:.0f}" for p in PHASES) + " ms"
+        for kind in STRATEGIES) + "   (slowest rank's; DDP's all-reduce ends inside backward)")
     bias = ", ".join(f"{c} {b:+.0%}" for c, b in fit.bias_by_collective.items())
     largest = _mib(got["sizes"][-1])
     print(f"  one link for all collectives on {ranks} gloo ranks ({fit.samples} samples, 4 KiB..{largest}): "
