@@ -110,3 +110,20 @@ def test_checkpointer_keeps_last_k_skips_incomplete_and_restores_exactly(tmp_pat
             assert torch.equal(v, want_opt[id_][k]), (id_, k)
     assert fresh.optimizer.param_groups[0]["betas"] == step.optimizer.param_groups[0]["betas"]
     assert all(torch.equal(v, want[k]) for k, v in load_model_tensors(loaded.path).items())
+
+
+def test_the_stop_signal_is_agreed_on_the_host_never_on_the_training_device(one_rank_group):
+    """On NCCL a flag on the GPU read back with .item() waits for the whole step: the stop flag stays
+    a CPU tensor on a gloo group. A context whose device is "meta" fails any tensor that goes there."""
+    import signal
+    import types
+
+    from torchsmith.distributed.runtime import host_group
+    from torchsmith.engine.preemption import Preemption
+
+    assert host_group() is None  # the default group is gloo here: no second group
+    session = types.SimpleNamespace(ctx=types.SimpleNamespace(device=torch.device("meta")), host_group=None)
+    preemption = Preemption()
+    assert preemption.stop_signal(session) == 0
+    preemption._handle(signal.SIGTERM, None)
+    assert preemption.stop_signal(session) == signal.SIGTERM

@@ -63,6 +63,18 @@ def init_from_env(device: torch.device) -> DistContext | None:
                        device=device, restart=restart)
 
 
+def host_group() -> dist.ProcessGroup | None:
+    """A gloo group over every rank, for agreements about host-side state (a stop signal received):
+    ``None``, the default group, when that is gloo already; else a new gloo group (every rank must
+    call this at the same point, as with any ``new_group``).
+
+    An all-reduce of a CPU tensor over it waits for no GPU stream. Over NCCL the same flag would
+    go to the GPU and come back with ``.item()``, a CPU-GPU sync that ends the CPU's run-ahead
+    every step.
+    """
+    return None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
+
+
 def rank_and_world() -> tuple[int, int]:
     """(rank, world size); (0, 1) without a process group."""
     if dist.is_available() and dist.is_initialized():

@@ -23,7 +23,14 @@ import torch
 import torch.distributed as dist
 
 from torchsmith.distributed.checkpoint import DistCheckpointer, DistLoaded, list_steps, marker_run
-from torchsmith.distributed.runtime import DistContext, any_rank, init_from_env, mean_over_ranks, shard_batch
+from torchsmith.distributed.runtime import (
+    DistContext,
+    any_rank,
+    host_group,
+    init_from_env,
+    mean_over_ranks,
+    shard_batch,
+)
 from torchsmith.engine.dir_lock import DirLock, lock_directory
 from torchsmith.engine.identity import CheckpointDirError
 from torchsmith.plan import DDP, Plan, Single
@@ -34,6 +41,8 @@ class DistSession:
     def __init__(self, ctx: DistContext, checkpoint_dir: str | os.PathLike | None,
                  keep_last_k: int | None = 3, async_save: bool = False):
         self.ctx = ctx
+        self.host_group = host_group()
+        """Where host-side flags are agreed (the stop signal): gloo, so no GPU sync (see ``host_group``)."""
         self.checkpointer = (DistCheckpointer(checkpoint_dir, keep_last_k=keep_last_k, async_save=async_save)
                              if checkpoint_dir is not None else None)
 

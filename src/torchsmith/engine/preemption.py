@@ -8,8 +8,9 @@ that step atomically, logs one line naming the file, and raises :class:`Preempte
 ``exit_code`` is the shell's convention for the signal (143 for SIGTERM, 138 for SIGUSR1).
 
 Under torchrun the signal may reach the ranks in different steps: each step every rank
-all-reduces the signal it saw (MAX, one element, a CPU-GPU sync point on CUDA where the step
-already syncs), so all ranks stop after the same step and save it together (DCP).
+all-reduces the signal it saw (MAX, one element), so all ranks stop after the same step and save
+it together (DCP). The flag is a CPU tensor, agreed over a gloo group (``DistSession.host_group``):
+on NCCL a GPU tensor read back with ``.item()`` would make the CPU wait for the step's kernels.
 
 The handlers are installed only while a run with a checkpoint directory trains, from the main
 thread; without a checkpoint directory there is nothing to save and the signal acts as usual.
@@ -54,8 +55,9 @@ class Preemption:
         import torch
         import torch.distributed as dist
 
-        seen = torch.tensor([float(self.received)], device=distributed.ctx.device)
-        dist.all_reduce(seen, op=dist.ReduceOp.MAX)  # every rank, every step: the stop step is agreed
+        # A CPU tensor over the host's gloo group: reading it waits for no GPU work.
+        seen = torch.tensor([self.received], dtype=torch.int32)
+        dist.all_reduce(seen, op=dist.ReduceOp.MAX, group=distributed.host_group)  # every rank, every step
         return int(seen.item())
 
 
