@@ -170,7 +170,6 @@ def two_ranks(spec: str, steps: int, out: str) -> None:
     """Job 3 (every rank): the real N-rank run of each strategy, their steps interleaved as in job 1."""
     import torch
     import torch.distributed as dist
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
     from torchsmith.distributed.commcount import CommStats, count_collectives
     from torchsmith.distributed.runtime import init_from_env, shard_batch, shutdown
@@ -180,26 +179,15 @@ def two_ranks(spec: str, steps: int, out: str) -> None:
     ctx = init_from_env(torch.device("cpu"))
     w, batches = _batches(spec, WARMUP + steps + 2)
     local = [shard_batch(b, ctx.rank, ctx.world_size) for b in batches]
-    built, buckets = {}, {}
+    built = {}
     for kind in STRATEGIES:
         step = built[kind] = _fresh_step(w, kind)
-        kept: list[torch.Tensor] = buckets.setdefault(kind, [])
-        if kind != "fsdp2":
-            def recording_hook(state, bucket, kept=kept):
-                # DDP's flat gradient buckets live in its C++ reducer, out of the memory tracker's
-                # sight; the hook sees them. allreduce_hook is the built-in hook's maths in Python.
-                kept.append(bucket.buffer())
-                return default_hooks.allreduce_hook(state, bucket)
-
-            step.model.register_comm_hook(None, recording_hook)
         for b in local[:WARMUP]:
-            kept.clear()  # only the current buckets (DDP rebuilds them after its first step)
             step(b)
     results = {}
     for kind, step in built.items():
         stats = CommStats()
         with count_collectives(stats):
-            buckets[kind].clear()
             step(local[WARMUP])
         results[kind] = {"calls": dict(stats.calls), "bytes": dict(stats.bytes)}
     times: dict[str, list[float]] = {kind: [] for kind in STRATEGIES}
@@ -213,10 +201,9 @@ def two_ranks(spec: str, steps: int, out: str) -> None:
             timers[kind].end_step()
             built[kind].timer = None
     for kind, step in built.items():
-        live = (step.model, _local_optimizer(step.optimizer), list(buckets[kind]))
-        with track_peak_memory("cpu", live=live) as mem:
+        # DDP's gradient buckets live in its C++ reducer; the tracker counts them (ddp_bucket_bytes).
+        with track_peak_memory("cpu", live=(step.model, _local_optimizer(step.optimizer))) as mem:
             step(local[-1])
-        del live
         phases = timers[kind].summary(warmup=0).median
         slowest = torch.tensor([statistics.median(times[kind]), float(mem.result.peak_bytes),
                                 *(phases[p] for p in PHASES)], dtype=torch.float64)

@@ -170,3 +170,29 @@ def test_sees_allocations_of_compiled_code():
     assert mem.result.peak_delta_bytes >= 2 * buf  # at least y and the result at once
     assert mem.result.end_bytes >= buf
     del out
+
+
+@pytest.mark.parametrize("as_view", [False, True])
+def test_ddp_gradient_buckets_count_toward_the_cpu_peak(one_rank_group, as_view):
+    """DDP's buckets are allocated in its C++ reducer, out of reach of the tensors `live` names:
+    without a bucket view they hold a second copy of every gradient, counted once either way."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    from torchsmith.measure.memory import ddp_bucket_bytes
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(512, 512), nn.Linear(512, 512))
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    ddp = DistributedDataParallel(model, gradient_as_bucket_view=as_view)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    x = torch.randn(8, 512)
+    for _ in range(2):  # after the first step: grads exist (views into the buckets, with as_view)
+        opt.zero_grad(set_to_none=False)
+        ddp(x).sum().backward()
+        opt.step()
+    assert ddp_bucket_bytes([ddp, opt]) == (0 if as_view else params)  # with a view, the grads show them
+    opt.zero_grad(set_to_none=True)
+    assert ddp_bucket_bytes({"model": ddp}) == params  # no grads: only DDP's count shows the buckets
+    with track_peak_memory("cpu", live=(ddp, opt)) as mem:
+        pass
+    assert mem.result.start_bytes == 2 * params  # the parameters and the buckets, nothing twice

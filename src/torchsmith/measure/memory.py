@@ -70,7 +70,8 @@ class MemoryStats:
     that device (``memory_allocated``), whoever allocated them.
 
     On CPU the figures are: ``start_bytes`` = unique storage bytes of the tensors
-    reachable from ``live`` at entry (see :func:`tensor_bytes`), plus every byte the
+    reachable from ``live`` at entry (see :func:`tensor_bytes`) and the gradient buckets of
+    any DDP module in it (:func:`ddp_bucket_bytes`), plus every byte the
     CPU allocator handed out inside the region while it was not yet freed. A
     live-at-start storage freed inside the region (``zero_grad(set_to_none=True)``)
     stops counting when it is freed. CPU tensors alive at entry but not reachable from
@@ -172,6 +173,39 @@ def _walk_tensors(obj: Any, top: bool = True) -> Iterator[torch.Tensor]:
         )
 
 
+def ddp_bucket_bytes(obj: Any) -> int:
+    """Bytes of the flat gradient buckets of every ``DistributedDataParallel`` module in ``obj``
+    that no parameter's ``.grad`` shows: DDP allocates them in its C++ reducer, where
+    :func:`tensor_bytes` cannot reach, and keeps them for the module's life.
+
+    With ``gradient_as_bucket_view=True`` the gradients are views into the buckets, so while
+    they are set the buckets are counted through them; after ``zero_grad(set_to_none=True)``
+    they are not, and the buckets are counted here. The sizes are DDP's own (its logging data).
+    """
+    from torch.nn.parallel import DistributedDataParallel
+
+    modules = [m for top in _top_items(obj) if isinstance(top, nn.Module) for m in top.modules()]
+    total = 0
+    for ddp in (m for m in modules if isinstance(m, DistributedDataParallel)):
+        if ddp.gradient_as_bucket_view and any(p.grad is not None for p in ddp.parameters()):
+            continue
+        sizes = str(ddp._get_ddp_logging_data().get("bucket_sizes", ""))  # "b0, b1, ...", in bytes
+        total += sum(int(b) for b in sizes.split(",") if b.strip())
+    return total
+
+
+def _top_items(obj: Any) -> Iterator[Any]:
+    """``obj`` and what its containers hold (as :func:`_walk_tensors` walks them), tensors excepted."""
+    if isinstance(obj, Mapping):
+        for v in obj.values():
+            yield from _top_items(v)
+    elif isinstance(obj, _CONTAINERS):
+        for v in obj:
+            yield from _top_items(v)
+    else:
+        yield obj
+
+
 def _unique_storages(obj: Any, device_type: str | None = None) -> dict[int, torch.UntypedStorage]:
     found: dict[int, torch.UntypedStorage] = {}
     for t in _walk_tensors(obj):
@@ -244,6 +278,8 @@ class PeakMemoryTracker:
         self._result: MemoryStats | None = None
         self._profiler: torch.autograd.profiler.profile | None = None
         self._live_sizes: list[int] = []
+        self._held_bytes = 0
+        """Bytes live through the region that no tensor of ``live`` reaches (DDP's gradient buckets)."""
         self._finalizers: list[weakref.finalize] = []
 
     @property
@@ -310,6 +346,7 @@ class PeakMemoryTracker:
                 "Tip: install an official torch wheel from https://pytorch.org."
             )
         storages = list(_unique_storages(self._live, device_type="cpu").values())
+        self._held_bytes = ddp_bucket_bytes(self._live)
         # Drop every reference we hold: keeping `live` would keep alive the very
         # tensors whose free inside the region we want to see.
         self._live = None
@@ -342,7 +379,7 @@ class PeakMemoryTracker:
             self._detach_finalizers()
         events = _cpu_memory_timeline(*profiler_event_tree(self._profiler))
         self._profiler = None
-        start = sum(self._live_sizes)
+        start = sum(self._live_sizes) + self._held_bytes
         current = peak = start
         region_allocs: dict[int, int] = {}  # ptr -> bytes, allocated inside the region
         live_freed: set[int] = set()
