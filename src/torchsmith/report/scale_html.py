@@ -64,9 +64,7 @@ def _curves(r: TuneResult) -> str:
     return (f"<h2>Scaling: predicted, with the points measured here</h2><p class=sub>At {r.ranks} ranks the "
             "prediction uses the link fitted to the collectives measured on these ranks; past the dotted line, "
             f"the assumed interconnect {esc(r.interconnect)}, with each rank keeping the micro-batch it has at "
-            f"{r.ranks} (the global batch grows). Crosses: measured by the search. The measured peaks leave out "
-            "DDP's (and ZeRO-1's) flat gradient buckets, which its C++ reducer holds out of the tracker's sight "
-            "(about one copy of the gradients); the prediction counts them. What the model leaves out: "
+            f"{r.ranks} (the global batch grows). Crosses: measured by the search. What the model leaves out: "
             "docs/scaling.md.</p>" + figure_to_img(fig, "predicted step time and memory per rank against ranks")
             + _rows_table(r.scale))
 
