@@ -171,7 +171,7 @@ def two_ranks(spec: str, steps: int, out: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from torchsmith.distributed.commcount import CommStats, count_collectives
+    from torchsmith.distributed.commcount import CommStats, count_collectives, observe_ddp
     from torchsmith.distributed.runtime import init_from_env, shard_batch, shutdown
     from torchsmith.measure.memory import track_peak_memory
     from torchsmith.measure.timing import PhaseTimer
@@ -182,6 +182,8 @@ def two_ranks(spec: str, steps: int, out: str) -> None:
     built = {}
     for kind in STRATEGIES:
         step = built[kind] = _fresh_step(w, kind)
+        if kind != "fsdp2":
+            observe_ddp(step.model)  # DDP's reducer all-reduces from C++, out of count_collectives' sight
         for b in local[:WARMUP]:
             step(b)
     results = {}
