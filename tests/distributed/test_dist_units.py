@@ -127,3 +127,19 @@ def test_the_stop_signal_is_agreed_on_the_host_never_on_the_training_device(one_
     assert preemption.stop_signal(session) == 0
     preemption._handle(signal.SIGTERM, None)
     assert preemption.stop_signal(session) == signal.SIGTERM
+
+
+def test_the_host_group_is_made_once_per_default_group(one_rank_group, monkeypatch):
+    """Under NCCL every run in a process (a tune's plans) would otherwise add a gloo group."""
+    import torch.distributed as dist
+
+    from torchsmith.distributed import runtime
+
+    monkeypatch.setattr(dist, "get_backend", lambda *a, **k: "nccl")  # as a GPU job's default group reads
+    monkeypatch.setattr(runtime, "_host", None)
+    first = runtime.host_group()
+    assert first is not None and first is not dist.group.WORLD
+    assert runtime.host_group() is first
+    t = torch.tensor([3], dtype=torch.int32)
+    dist.all_reduce(t, group=first)  # a working gloo group over the ranks
+    assert t.item() == 3

@@ -63,16 +63,27 @@ def init_from_env(device: torch.device) -> DistContext | None:
                        device=device, restart=restart)
 
 
+_host: tuple[Any, Any] | None = None
+"""(the default group, its gloo twin): one twin per default group, however many runs ask."""
+
+
 def host_group() -> dist.ProcessGroup | None:
     """A gloo group over every rank, for agreements about host-side state (a stop signal received):
-    ``None``, the default group, when that is gloo already; else a new gloo group (every rank must
-    call this at the same point, as with any ``new_group``).
+    ``None``, the default group, when that is gloo already; else a gloo group made on the first
+    call for this default group (every rank must make that call at the same point, as with any
+    ``new_group``) and reused after it.
 
     An all-reduce of a CPU tensor over it waits for no GPU stream. Over NCCL the same flag would
     go to the GPU and come back with ``.item()``, a CPU-GPU sync that ends the CPU's run-ahead
     every step.
     """
-    return None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
+    global _host
+    if dist.get_backend() == "gloo":
+        return None
+    world = dist.group.WORLD
+    if _host is None or _host[0] is not world:  # a new default group (a restart in-process) gets its own
+        _host = (world, dist.new_group(backend="gloo"))
+    return _host[1]
 
 
 def rank_and_world() -> tuple[int, int]:
