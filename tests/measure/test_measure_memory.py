@@ -192,7 +192,7 @@ def test_ddp_gradient_buckets_count_toward_the_cpu_peak(one_rank_group, as_view)
         opt.step()
     assert ddp_bucket_bytes([ddp, opt]) == (0 if as_view else params)  # with a view, the grads show them
     opt.zero_grad(set_to_none=True)
-    assert ddp_bucket_bytes({"model": ddp}) == params  # no grads: only DDP's count shows the buckets
+    assert ddp_bucket_bytes({"model": ddp, "again": [ddp]}) == params  # no grads: DDP's count shows them, once
     with track_peak_memory("cpu", live=(ddp, opt)) as mem:
         pass
     assert mem.result.start_bytes == 2 * params  # the parameters and the buckets, nothing twice

@@ -184,9 +184,10 @@ def ddp_bucket_bytes(obj: Any) -> int:
     """
     from torch.nn.parallel import DistributedDataParallel
 
-    modules = [m for top in _top_items(obj) if isinstance(top, nn.Module) for m in top.modules()]
+    found = {id(m): m for top in _top_items(obj) if isinstance(top, nn.Module) for m in top.modules()
+             if isinstance(m, DistributedDataParallel)}  # a module named twice counts once
     total = 0
-    for ddp in (m for m in modules if isinstance(m, DistributedDataParallel)):
+    for ddp in found.values():
         if ddp.gradient_as_bucket_view and any(p.grad is not None for p in ddp.parameters()):
             continue
         sizes = str(ddp._get_ddp_logging_data().get("bucket_sizes", ""))  # "b0, b1, ...", in bytes
@@ -195,7 +196,7 @@ def ddp_bucket_bytes(obj: Any) -> int:
 
 
 def _top_items(obj: Any) -> Iterator[Any]:
-    """``obj`` and what its containers hold (as :func:`_walk_tensors` walks them), tensors excepted."""
+    """``obj``, or the items its containers hold, flattened (the containers :func:`_walk_tensors` walks)."""
     if isinstance(obj, Mapping):
         for v in obj.values():
             yield from _top_items(v)
