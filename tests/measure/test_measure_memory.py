@@ -196,3 +196,5 @@ def test_ddp_gradient_buckets_count_toward_the_cpu_peak(one_rank_group, as_view)
     with track_peak_memory("cpu", live=(ddp, opt)) as mem:
         pass
     assert mem.result.start_bytes == 2 * params  # the parameters and the buckets, nothing twice
+    ddp._get_ddp_logging_data = dict  # a torch whose logging data lacks the sizes: the same count
+    assert ddp_bucket_bytes(ddp) == params

@@ -190,8 +190,11 @@ def ddp_bucket_bytes(obj: Any) -> int:
     for ddp in found.values():
         if ddp.gradient_as_bucket_view and any(p.grad is not None for p in ddp.parameters()):
             continue
-        sizes = str(ddp._get_ddp_logging_data().get("bucket_sizes", ""))  # "b0, b1, ...", in bytes
-        total += sum(int(b) for b in sizes.split(",") if b.strip())
+        sizes = ddp._get_ddp_logging_data().get("bucket_sizes")  # "b0, b1, ...", in bytes
+        if sizes is None:  # a torch that does not report them: the buckets hold one copy of each gradient
+            total += sum(p.numel() * p.element_size() for p in ddp.parameters() if p.requires_grad)
+        else:
+            total += sum(int(b) for b in str(sizes).split(",") if b.strip())
     return total
 
 
