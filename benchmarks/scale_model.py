@@ -7,8 +7,9 @@ Per workload, separate jobs, so the prediction never sees the run it predicts:
 
 1. one process, in a world-size-1 gloo group (no one to communicate with), trains the workload
    as written and under each strategy on the micro-batch one rank gets at N ranks, with the
-   N-rank run's threads per rank, and measures forward, backward and optimizer medians per
-   strategy (the strategy's own compute: bucket copies, hooks, DTensor parameters) and the plain
+   N-rank run's threads per rank, one step of each strategy in turn, and measures forward, backward
+   and optimizer medians per strategy (the strategy's own compute: bucket copies, hooks, DTensor
+   parameters) and the plain
    step's peak memory (torchsmith.measure.memory: on CPU the
    "cpu-profiler-allocator-events" method, i.e. the bytes reachable from the model, optimizer
    state and DDP's gradient buckets plus every byte the CPU allocator hands out on the training
@@ -18,8 +19,9 @@ Per workload, separate jobs, so the prediction never sees the run it predicts:
 2. a torchrun job of N gloo ranks runs the collective microbenchmark
    (torchsmith.distributed.collective_bench) from 4 KiB to 2x the largest collective the model
    needs, and an alpha-beta link is fitted to each collective (and one to all, printed for comparison);
-3. a torchrun job of N gloo ranks trains DDP, ZeRO-1 and FSDP2 and measures the same figures
-   (slowest rank), plus the collectives each step issued (printed beside the derived ones).
+3. a torchrun job of N gloo ranks trains DDP, ZeRO-1 and FSDP2, their steps interleaved as in 1,
+   and measures the same figures (slowest rank), plus the collectives each step issued (printed
+   beside the derived ones).
 
 The sequence is repeated ``--rounds`` times and each figure is the median over rounds, so a shared
 machine's changing load falls on every figure alike. Then it prints predicted against measured
