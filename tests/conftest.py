@@ -10,6 +10,10 @@ for sub in ("engine",):
 # Keep the peak-FLOP/s cache and other state out of the user's home during tests.
 os.environ.setdefault("TORCHSMITH_CACHE_DIR", str(Path(__file__).parent.parent / ".pytest_cache" / "torchsmith"))
 
+# Every process a test starts prints its threads' stacks on SIGABRT, which hang_dump.py sends to a
+# child that hangs past its timeout: the failure then says where each process of the job waited.
+os.environ.setdefault("PYTHONFAULTHANDLER", "1")
+
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 from pathlib import Path
 
+from hang_dump import finish_or_dump
 from torchsmith.distributed.launch import LaunchConfig, build_command
 
 HERE = Path(__file__).resolve().parent
@@ -23,13 +23,8 @@ def torchrun_cfg(cfg: dict, entry: list[str], args: list[str], *, env: dict[str,
     cmd, _ = build_command(LaunchConfig(nproc_per_node=2, **cfg), args, entry=entry)
     full_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(HERE)]),
                 "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", **(env or {})}
-    # A new session, so that a timeout kills torchrun and every worker it started.
+    # A new session: a Ctrl-C in the terminal that runs pytest does not reach the job.
     proc = subprocess.Popen(cmd, env=full_env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        raise AssertionError(f"torchrun did not finish in {timeout} s:\n{out[-4000:]}") from None
+    out, _ = finish_or_dump(proc, timeout)
     return subprocess.CompletedProcess(cmd, proc.returncode, out, "")

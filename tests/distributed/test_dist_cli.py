@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 
 import pytest
 from dist_helpers import REPO
+
+from hang_dump import finish_or_dump
 
 pytestmark = [pytest.mark.multiprocess]
 
@@ -20,11 +21,7 @@ def test_launch_runs_debug_desync_on_two_workers_and_prints_the_command():
            "debug", "desync", "mlp", "--steps", "2", "--device", "cpu"]
     proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        raise
+    out, _ = finish_or_dump(proc, timeout=240)
     assert proc.returncode == 0, out[-4000:]
     assert "running:" in out and "-m torch.distributed.run" in out and "torchsmith.cli.worker debug desync mlp" in out
     assert "in sync: 8 tensors bit-identical on 2 ranks" in out  # 4 weights + 4 biases of mlp

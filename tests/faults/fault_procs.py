@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from hang_dump import finish_or_dump
 
 FAULTS = Path(__file__).resolve().parent
 TESTS = FAULTS.parent
@@ -36,13 +37,9 @@ def start(args: list[str], cwd: Path, **extra_env: str) -> subprocess.Popen:
 
 
 def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str, str]:
-    """(exit code, stdout, stderr); on timeout the whole session is killed and the test fails."""
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        raise AssertionError(f"{proc.args} did not finish in {timeout} s:\n{out[-3000:]}\n{err[-3000:]}") from None
+    """(exit code, stdout, stderr); on timeout every process of the job is killed and the test fails
+    with their stacks."""
+    out, err = finish_or_dump(proc, timeout)
     return proc.returncode, out, err
 
 
