@@ -143,7 +143,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / f"rank{rank}.json").write_text(json.dumps(res, indent=1))
     faulthandler.cancel_dump_traceback_later()
-    shutdown()  # barrier, then destroy: nobody tears the group down while the other still uses it
+    shutdown()  # a barrier, then exit: nobody leaves while the other still uses the group
 
 
 if __name__ == "__main__":

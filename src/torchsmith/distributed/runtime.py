@@ -13,9 +13,11 @@ Example::
 
 from __future__ import annotations
 
+import atexit
 import os
+import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -136,11 +138,23 @@ def mean_over_ranks(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def shutdown() -> None:
-    """End the process group cleanly: a barrier (no rank tears down while another still
-    communicates), then ``destroy_process_group``. Leaving the group alive at interpreter exit
-    can abort the process in gloo's thread teardown ("terminate called without an active
-    exception"), which torchrun counts as a failed worker."""
+def shutdown(code: int = 0) -> NoReturn:
+    """End a torchrun worker whose work is done, with exit status ``code``: a barrier (no rank leaves
+    while another still communicates), then the process's exit handlers, and ``os._exit``.
+
+    The process group is not torn down, on purpose. Gloo's destructor can deadlock: it joins its
+    work thread while holding the GIL, and that thread may at that moment be releasing the last
+    finished work, whose tensors are Python objects and need the GIL to be freed (seen here once
+    in about 50 two-rank jobs on a loaded machine, in ``~Reducer`` -> ``~ProcessGroupGloo``, the
+    thread in ``~AsyncBarrierWork``; ``destroy_process_group`` can meet the same, pytorch#75097).
+    Left to the interpreter's own exit instead, gloo's threads can abort the process ("terminate
+    called without an active exception"), which torchrun counts as a failed worker. After the
+    barrier nothing is left to send, so the worker runs its ``atexit`` handlers (logging, compile
+    workers), flushes its output and leaves; the kernel closes the sockets.
+    """
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
-        dist.destroy_process_group()
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -42,7 +42,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from torchsmith.harness.compare import PlanMeasurement
 from torchsmith.harness.fresh_round import START_SECONDS
@@ -226,7 +226,7 @@ def _mean_losses(ranks: list[tuple[list[float], int | None, str | None]]) -> lis
 
 
 def _answer(request: dict[str, Any], failures: Path) -> dict[str, Any] | None:
-    from torchsmith.distributed.runtime import init_from_env, shard_batch, shutdown
+    from torchsmith.distributed.runtime import init_from_env, shard_batch
     from torchsmith.engine.loop import resolve_device
     from torchsmith.harness.compare import measure_plans, wall_clock
     from torchsmith.workload import load_workload
@@ -239,23 +239,20 @@ def _answer(request: dict[str, Any], failures: Path) -> dict[str, Any] | None:
     todo = [p for p in plans if _plan_key(p) not in failed]
     if todo[:1] != plans[:1]:
         raise RuntimeError(f"the reference plan failed on the ranks: {failed[_plan_key(plans[0])]}")
-    try:
-        began = time.perf_counter()
-        ms = measure_plans(load_workload(request["spec"]), todo, warmup=request["warmup"], steps=request["steps"],
-                           device=ctx.device, compare_steps=request["compare_steps"],
-                           measure_memory=request["measure_memory"],
-                           clock=_slowest_rank(wall_clock, failures, ctx.rank, ctx.device),
-                           shard=lambda batch: shard_batch(batch, ctx.rank, ctx.world_size))
-        by_key = {_plan_key(m.plan): m for m in _job_figures(ms, request["compare_steps"])}
-        measured = time.perf_counter() - began
-        inputs = None
-        if request.get("scale_inputs"):
-            from torchsmith.harness.scale_inputs import scale_inputs
+    began = time.perf_counter()
+    ms = measure_plans(load_workload(request["spec"]), todo, warmup=request["warmup"], steps=request["steps"],
+                       device=ctx.device, compare_steps=request["compare_steps"],
+                       measure_memory=request["measure_memory"],
+                       clock=_slowest_rank(wall_clock, failures, ctx.rank, ctx.device),
+                       shard=lambda batch: shard_batch(batch, ctx.rank, ctx.world_size))
+    by_key = {_plan_key(m.plan): m for m in _job_figures(ms, request["compare_steps"])}
+    measured = time.perf_counter() - began
+    inputs = None
+    if request.get("scale_inputs"):
+        from torchsmith.harness.scale_inputs import scale_inputs
 
-            inputs = scale_inputs(load_workload(request["spec"]), ctx.device, ctx.rank, ctx.world_size)
-        inputs_seconds = time.perf_counter() - began - measured
-    finally:
-        shutdown()
+        inputs = scale_inputs(load_workload(request["spec"]), ctx.device, ctx.rank, ctx.world_size)
+    inputs_seconds = time.perf_counter() - began - measured
     if ctx.rank != 0:
         return None
     out = [by_key.get(_plan_key(p)) or PlanMeasurement(p, None, error=failed[_plan_key(p)]) for p in plans]
@@ -264,15 +261,17 @@ def _answer(request: dict[str, Any], failures: Path) -> dict[str, Any] | None:
             "measurements": [{k: v for k, v in asdict(m).items() if k != "plan"} for m in out]}
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str]) -> NoReturn:
+    from torchsmith.distributed.runtime import shutdown
+
     request_path, answer_path = argv
     answer = _answer(json.loads(Path(request_path).read_text()), Path(answer_path).with_name("failed"))
     if answer is not None:
         tmp = Path(answer_path + f".{os.getpid()}")
         tmp.write_text(json.dumps(answer))
         tmp.replace(answer_path)  # whole or absent: the leader never reads half an answer
-    return 0
+    shutdown(0)  # the barrier holds the other ranks until rank 0 has written the answer
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    main(sys.argv[1:])
