@@ -44,19 +44,10 @@ def desync_command(
                              "but init_from_env found no process group).")
         p = session.plan(Plan.load(plan) if plan else Plan())
         step = build_step(w, p, session.ctx.device)
-        for batch in islice(_epochs(w), steps):
+        for batch in islice(w.cycle(), steps):
             step(session.shard(batch))
         report = check_desync(step.model)
     if session.ctx.rank == 0:
         render_desync(report, console)
     raise typer.Exit(0 if report.in_sync else 1)
 
-
-def _epochs(workload):
-    epoch = 0
-    while True:
-        source = workload.iter_batches()
-        if hasattr(source, "set_epoch"):
-            source.set_epoch(epoch)
-        yield from source
-        epoch += 1
