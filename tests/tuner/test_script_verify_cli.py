@@ -33,3 +33,22 @@ def test_verify_a_script_prints_its_interval_as_json_and_exits_0_or_1(tmp_path):
     assert out["speedup"]["pairs"] >= 3 and out["speedup"]["confidence"] == 0.95
     assert out["slower"] == (proc.returncode == 1) and out["slower"] == (out["speedup"]["high"] < 1.0)
     assert "pairs of fresh processes" in proc.stderr
+
+
+
+@pytest.mark.parametrize(("pairs", "min_pairs", "least", "most"), [
+    (None, None, 3, 12), (None, 16, 16, 16), (None, 5, 5, 12), (8, 6, 6, 8), (8, None, 3, 8)])
+def test_min_pairs_sets_the_least_and_raises_the_cap_to_it(pairs, min_pairs, least, most):
+    from torchsmith.cli.verify_script import with_pairs
+    from torchsmith.tuner.script.verify import ScriptVerifyConfig
+
+    cfg = with_pairs(ScriptVerifyConfig(), pairs=pairs, min_pairs=min_pairs)
+    assert (cfg.min_pairs, cfg.max_pairs) == (least, most)
+
+
+def test_min_pairs_above_the_cap_is_refused_with_a_tip():
+    from torchsmith.cli.verify_script import with_pairs
+    from torchsmith.tuner.script.verify import ScriptVerifyConfig
+
+    with pytest.raises(ValueError, match=r"--min-pairs 9 is more than --pairs 8(.|\n)*Tip"):
+        with_pairs(ScriptVerifyConfig(), pairs=8, min_pairs=9)

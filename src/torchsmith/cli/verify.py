@@ -30,19 +30,23 @@ def verify_command(
     device: DeviceOption = "auto",
     window: WindowOption = None,
     pairs: PairsOption = None,
+    min_pairs: Optional[int] = typer.Option(
+        None, "--min-pairs", min=2, help="Scripts: pairs before any decision (default 3). To re-measure a claim "
+                                         "the way tune measured it, pass the claim's pair count."),
 ) -> None:
     """Measure PLAN against the workload as written, interleaved, and state the 95% interval.
 
     \b
     torchsmith verify plan.json mlp --budget 1m     # exit 1 when the plan is measurably slower
     torchsmith verify plan.json -- python train.py
+    torchsmith verify plan.json --min-pairs 11 -- python train.py   # as many pairs as tune's claim
     """
     from torchsmith.cli.run_script import is_command
 
     args = list(target or [])
     if is_command(args):
         raise typer.Exit(verify_command_form(plan_path, args, budget=budget, as_json=as_json, window=window,
-                                             pairs=pairs))
+                                             pairs=pairs, min_pairs=min_pairs))
     raise typer.Exit(verify_workload(plan_path, args[0] if args else None, budget=budget, as_json=as_json,
                                      device=device))
 
@@ -69,8 +73,10 @@ def verify_workload(plan_path: Path, workload: str | None, *, budget: str, as_js
 
 
 def verify_command_form(plan_path: Path, command: list[str], *, budget: str, as_json: bool,
-                        window: Optional[int] = None, pairs: Optional[int] = None) -> int:
+                        window: Optional[int] = None, pairs: Optional[int] = None,
+                        min_pairs: Optional[int] = None) -> int:
     """``verify PLAN -- command ...``: the script's A/B, alternating whole processes (B A A B ...)."""
     from torchsmith.cli.verify_script import verify_script_command
 
-    return verify_script_command(plan_path, command, budget=budget, as_json=as_json, window=window, pairs=pairs)
+    return verify_script_command(plan_path, command, budget=budget, as_json=as_json, window=window, pairs=pairs,
+                                 min_pairs=min_pairs)
