@@ -36,6 +36,8 @@ class Target:
 class Repeat:
     claim: dict | None
     """tune's ``speedup`` object; None when it returned the as-written plan (no claim)."""
+    tried: str
+    """What tune measured: each candidate's value, status and interval, and its A/A noise."""
     verified: dict
     """verify's JSON object."""
     slower: bool
@@ -74,8 +76,17 @@ def one_repeat(target: Target, budget: str, verify_budget: str, work: Path) -> R
                          *pairs, *_after_dash(target.args), cwd=work, timeout=3600)  # options before --
     if checked.returncode not in (0, 1):
         sys.exit(f"verify {target.name} failed ({checked.returncode}): {checked.stderr[-2000:]}")
-    return Repeat(claim=None if claim["as_written"] else claim["speedup"], verified=json.loads(checked.stdout),
-                  slower=checked.returncode == 1)
+    return Repeat(claim=None if claim["as_written"] else claim["speedup"], tried=_tried(claim),
+                  verified=json.loads(checked.stdout), slower=checked.returncode == 1)
+
+
+def _tried(tuned: dict) -> str:
+    """One line of what tune measured, so a miss or an as-written result can be read afterwards."""
+    parts = [f"{c['value']} {c['status']}" + (f" {describe(c['interval'])}" if c.get("interval") else "")
+             for c in tuned["candidates"]]
+    noise = tuned.get("noise")
+    spread = f"; A/A +-{noise['spread']:.0%}" if noise and noise.get("spread") is not None else ""
+    return ("; ".join(parts) or "no candidate") + spread
 
 
 def _before_dash(args: list[str]) -> list[str]:
@@ -117,7 +128,8 @@ def main() -> None:
             slower += r.slower
             print(f"{target.name} #{i + 1}: claimed {describe(r.claim) if r.claim else 'as written (no claim)'}; "
                   f"verified {describe(got)} {r.verified['verdict']}"
-                  + ("" if r.claim is None else ("; inside" if holds else "; OUTSIDE")), flush=True)
+                  + ("" if r.claim is None else ("; inside" if holds else "; OUTSIDE"))
+                  + f"\n    tried: {r.tried}", flush=True)
         share = f"{inside}/{claimed} ({inside / claimed:.0%})" if claimed else "no claims"
         print(f"{target.name}: verified estimate inside the claimed interval {share} (target >= 90%); "
               f"as written {args.repeats - claimed}/{args.repeats}; measurably slower {slower} (target 0)", flush=True)
