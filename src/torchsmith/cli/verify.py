@@ -44,11 +44,45 @@ def verify_command(
     from torchsmith.cli.run_script import is_command
 
     args = list(target or [])
+    if says_as_written(plan_path, args, as_json=as_json):
+        raise typer.Exit(0)
     if is_command(args):
         raise typer.Exit(verify_command_form(plan_path, args, budget=budget, as_json=as_json, window=window,
                                              pairs=pairs, min_pairs=min_pairs))
     raise typer.Exit(verify_workload(plan_path, args[0] if args else None, budget=budget, as_json=as_json,
                                      device=device))
+
+
+def says_as_written(plan_path: Path, args: list[str], *, as_json: bool) -> bool:
+    """True, after saying so, when PLAN changes nothing: it is the target as written, so it cannot be
+    slower, and measuring it beside itself would test only the machine's noise. An A/A interval
+    excludes 1.0 by chance about 1 time in 20, so a gate that measured it would fail builds on noise
+    (``benchmarks/claims_hold.py``: an as-written HF Trainer plan was read 0.89x, 95% interval 0.79-1.00).
+    The target is still checked: a misspelt workload or program is an error, not a pass."""
+    import shutil
+
+    from torchsmith.cli.run_script import is_command
+    from torchsmith.inject import python_command
+    from torchsmith.measure.intervals import SpeedupInterval
+    from torchsmith.plan import Plan
+    from torchsmith.report.console import console, error_console
+    from torchsmith.workload import load_workload
+
+    with user_errors():
+        plan = Plan.load(plan_path)
+        if plan != Plan():
+            return False
+        if not is_command(args):
+            load_workload(args[0] if args else None)
+        elif shutil.which(program := python_command(args)[0]) is None and not Path(program).is_file():
+            raise ValueError(f"cannot run `{program}`: no such program on PATH.\nTip: check the command after --.")
+    note = f"{plan_path} changes nothing: it is the target as written, so it cannot be slower; nothing was measured."
+    (error_console if as_json else console).print(f"verify: {note}", highlight=False)
+    if as_json:
+        identity = SpeedupInterval(estimate=1.0, low=1.0, high=1.0, pairs=0)
+        typer.echo(json.dumps({"plan": plan.to_dict(), "as_written": True, "speedup": identity.to_json(),
+                               "verdict": "as written", "slower": False, "notes": [note]}))
+    return True
 
 
 def verify_workload(plan_path: Path, workload: str | None, *, budget: str, as_json: bool, device: str) -> int:

@@ -80,8 +80,9 @@ class ScriptVerifyResult:
     def to_json(self) -> dict[str, Any]:
         """The workload verify's shape, with the command and the pairs of processes in place of rounds."""
         return {"command": self.command, "plan": self.plan.to_dict(), "speedup": self.interval.to_json(),
-                "verdict": self.verdict, "slower": self.slower, "pairs": self.interval.pairs,
-                "window": self.window, "baseline": {"step_seconds": self.baseline_seconds},
+                "as_written": self.plan == Plan(), "verdict": self.verdict, "slower": self.slower,
+                "pairs": self.interval.pairs, "window": self.window,
+                "baseline": {"step_seconds": self.baseline_seconds},
                 "plan_measured": {"step_seconds": self.plan_seconds}, "loss_note": self.loss_note,
                 "notes": list(self.notes)}
 

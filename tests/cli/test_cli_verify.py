@@ -1,0 +1,38 @@
+"""`torchsmith verify` on a plan that changes nothing: the target as written cannot be slower, so nothing
+is measured (an A/A run would fail a CI gate on noise about 1 time in 20), but the target is still checked."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from torchsmith.cli import app
+from torchsmith.plan import OptimizerImpl, Plan
+
+
+@pytest.mark.parametrize("target", [["mlp"], ["--", "python", "train.py"]])
+def test_an_as_written_plan_passes_without_measuring(tmp_path, target):
+    plan = Plan().save(tmp_path / "plan.json")
+    out = CliRunner().invoke(app, ["verify", str(plan), "--json", *target])
+    assert out.exit_code == 0, out.output
+    got = json.loads(out.stdout[out.stdout.index("{"):])
+    assert got["as_written"] is True and got["slower"] is False and got["verdict"] == "as written"
+    assert got["speedup"] == {"estimate": 1.0, "low": 1.0, "high": 1.0, "confidence": 0.95, "pairs": 0}
+    assert "nothing was measured" in got["notes"][0]
+
+
+@pytest.mark.parametrize(("target", "says"), [
+    (["no-such-workload"], "neither a built-in name"),
+    (["--", "no-such-program", "train.py"], "cannot run `no-such-program`"),
+])
+def test_an_as_written_plan_still_checks_its_target(tmp_path, target, says):
+    plan = Plan().save(tmp_path / "plan.json")
+    out = CliRunner().invoke(app, ["verify", str(plan), *target])
+    assert out.exit_code == 2 and says in out.output and "Tip:" in out.output
+
+
+def test_a_plan_that_changes_something_is_not_short_circuited(tmp_path):
+    from torchsmith.cli.verify import says_as_written
+
+    plan = Plan(optimizer=OptimizerImpl(impl="foreach")).save(tmp_path / "plan.json")
+    assert says_as_written(plan, ["mlp"], as_json=True) is False
