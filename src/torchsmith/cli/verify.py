@@ -63,9 +63,9 @@ def says_as_written(plan_path: Path, args: list[str], *, as_json: bool) -> bool:
 
     from torchsmith.cli.run_script import is_command
     from torchsmith.inject import python_command
-    from torchsmith.measure.intervals import SpeedupInterval
     from torchsmith.plan import Plan
     from torchsmith.report.console import console, error_console
+    from torchsmith.report.tune_json import IDENTITY
     from torchsmith.workload import load_workload
 
     with user_errors():
@@ -79,8 +79,7 @@ def says_as_written(plan_path: Path, args: list[str], *, as_json: bool) -> bool:
     note = f"{plan_path} changes nothing: it is the target as written, so it cannot be slower; nothing was measured."
     (error_console if as_json else console).print(f"verify: {note}", highlight=False)
     if as_json:
-        identity = SpeedupInterval(estimate=1.0, low=1.0, high=1.0, pairs=0)
-        typer.echo(json.dumps({"plan": plan.to_dict(), "as_written": True, "speedup": identity.to_json(),
+        typer.echo(json.dumps({"plan": plan.to_dict(), "as_written": True, "speedup": IDENTITY.to_json(),
                                "verdict": "as written", "slower": False, "notes": [note]}))
     return True
 
