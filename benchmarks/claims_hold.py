@@ -8,7 +8,7 @@ of the repeats that claimed a gain, and a returned plan is never measurably slow
 exit 1). A repeat that returns the as-written plan claims nothing: it is counted apart.
 
     PYTHONPATH=src .venv/bin/python benchmarks/claims_hold.py [--repeats 10] [--budget 3m] \\
-        [--verify-budget 1m] [--workloads gpt-mini,mlp] [--scripts]
+        [--verify-budget 1m] [--workloads gpt-mini,mlp] [--scripts] [--only many-params]
 
 Figures depend on the machine and its load: run it on a quiet machine, and say which.
 """
@@ -55,6 +55,9 @@ def script_targets() -> list[Target]:
                            ROOT / "tests" / "tuner" / "scripts" / "hf_trainer.py") if p.exists()), None)
     if hf is not None:
         targets.append(Target(name="hf-trainer", args=["--", sys.executable, str(hf), "--steps", "100000"]))
+    # A script with a gain to claim: true_wins.py's planted optimizer win (~1.3x at its default size).
+    many_params = ROOT / "benchmarks" / "scripts" / "many_params.py"
+    targets.append(Target(name="many-params", args=["--", sys.executable, str(many_params), "--steps", "100000"]))
     return targets
 
 
@@ -109,6 +112,7 @@ def main() -> None:
     ap.add_argument("--verify-budget", default="1m")
     ap.add_argument("--workloads", default="gpt-mini,mlp")
     ap.add_argument("--scripts", action="store_true", help="also the unmodified scripts of script_targets()")
+    ap.add_argument("--only", default=None, help="comma-separated target names to run (e.g. many-params)")
     args = ap.parse_args()
     targets = [Target(name=w, args=[w]) for w in args.workloads.split(",") if w]
     if args.scripts:
@@ -116,6 +120,10 @@ def main() -> None:
         if not scripts:
             sys.exit("--scripts: no script targets yet (the script tuner's half of this benchmark).")
         targets += scripts
+    if args.only:
+        targets = [t for t in targets if t.name in args.only.split(",")]
+        if not targets:
+            sys.exit(f"--only {args.only}: no such target (workloads come from --workloads, scripts need --scripts)")
     for target in targets:
         inside = claimed = slower = 0
         for i in range(args.repeats):
