@@ -2,7 +2,8 @@
 
 ``benchmarks/scripts/many_params.py`` steps hundreds of small tensors with Adam's for-loop
 implementation (PyTorch's default for CPU tensors): ``foreach``/``fused`` cut the optimizer's
-per-tensor overhead, a planted ~1.2-1.4x at the default ``--batch 4096`` on the 2-core VM (``--batch 64``:
+per-tensor overhead, a planted ~1.2-1.4x at the default ``--batch 4096`` on the 2-core AVX2 VM (foreach ~1.4x and fused
+2.4-3.0x on an AVX-512 one: claims_hold.py --only many-params; ``--batch 64``:
 foreach ~1.4-1.7x, fused ~1.7-3.4x; size it with --tensors/--work/--batch). Each
 tune's claimed interval is then checked against an independent re-measurement in fresh processes
 (``verify_script``) of at least as many pairs as the claim, the design the claimed interval
