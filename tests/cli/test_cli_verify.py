@@ -1,5 +1,5 @@
 """`torchsmith verify` on a plan that changes nothing: the target as written cannot be slower, so nothing
-is measured (an A/A run would fail a CI gate on noise about 1 time in 20), but the target is still checked."""
+is measured (an A/A run would fail a CI gate on noise up to 1 time in 20), but the target is still checked."""
 
 import json
 

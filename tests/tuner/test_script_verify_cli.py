@@ -35,7 +35,6 @@ def test_verify_a_script_prints_its_interval_as_json_and_exits_0_or_1(tmp_path):
     assert "pairs of fresh processes" in proc.stderr
 
 
-
 @pytest.mark.parametrize(("pairs", "min_pairs", "least", "most"), [
     (None, None, 3, 12), (None, 16, 16, 16), (None, 5, 5, 12), (8, 6, 6, 8), (8, None, 3, 8)])
 def test_min_pairs_sets_the_least_and_raises_the_cap_to_it(pairs, min_pairs, least, most):

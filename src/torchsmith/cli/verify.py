@@ -55,8 +55,8 @@ def verify_command(
 
 def says_as_written(plan_path: Path, args: list[str], *, as_json: bool) -> bool:
     """True, after saying so, when PLAN changes nothing: it is the target as written, so it cannot be
-    slower, and measuring it beside itself would test only the machine's noise. An A/A interval
-    excludes 1.0 by chance about 1 time in 20, so a gate that measured it would fail builds on noise
+    slower, and measuring it beside itself would test only the machine's noise. A 95% interval is
+    built to miss the true ratio (here 1.0) up to 1 time in 20, so a gate that measured it would fail builds on noise
     (``benchmarks/claims_hold.py``: an as-written HF Trainer plan was read 0.89x, 95% interval 0.79-1.00).
     The target is still checked: a misspelt workload or program is an error, not a pass."""
     import shutil

@@ -64,8 +64,7 @@ class VerifyResult:
     def to_json(self) -> dict[str, Any]:
         return {"workload": self.workload, "plan": self.plan.to_dict(), "speedup": self.interval.to_json(),
                 "as_written": self.plan == Plan(), "verdict": self.verdict, "slower": self.slower,
-                "rounds": self.rounds,
-                "steps_per_round": self.steps_per_round,
+                "rounds": self.rounds, "steps_per_round": self.steps_per_round,
                 "baseline": {"step_seconds": self.baseline_step_seconds},
                 "plan_measured": {"step_seconds": self.plan_step_seconds}, "notes": list(self.notes)}
 
