@@ -2,6 +2,7 @@
 is measured (an A/A run would fail a CI gate on noise up to 1 time in 20), but the target is still checked."""
 
 import json
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -11,8 +12,10 @@ from torchsmith.plan import OptimizerImpl, Plan
 
 
 @pytest.mark.parametrize("target", [["mlp"], ["--", "python", "train.py"]])
-def test_an_as_written_plan_passes_without_measuring(tmp_path, target):
+def test_an_as_written_plan_passes_without_measuring(tmp_path, monkeypatch, target):
     plan = Plan().save(tmp_path / "plan.json")
+    (tmp_path / "train.py").write_text("raise SystemExit('never run')\n")
+    monkeypatch.chdir(tmp_path)
     out = CliRunner().invoke(app, ["verify", str(plan), "--json", *target])
     assert out.exit_code == 0, out.output
     got = json.loads(out.stdout[out.stdout.index("{"):])
@@ -24,6 +27,9 @@ def test_an_as_written_plan_passes_without_measuring(tmp_path, target):
 @pytest.mark.parametrize(("target", "says"), [
     (["no-such-workload"], "neither a built-in name"),
     (["--", "no-such-program", "train.py"], "cannot run `no-such-program`"),
+    (["--", "python", "no_such_train.py", "--lr", "1"], "no such script no_such_train.py"),
+    (["--", sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "no_such_train.py"],
+     "no such script no_such_train.py"),
 ])
 def test_an_as_written_plan_still_checks_its_target(tmp_path, target, says):
     plan = Plan().save(tmp_path / "plan.json")
@@ -36,3 +42,17 @@ def test_a_plan_that_changes_something_is_not_short_circuited(tmp_path):
 
     plan = Plan(optimizer=OptimizerImpl(impl="foreach")).save(tmp_path / "plan.json")
     assert says_as_written(plan, ["mlp"], as_json=True) is False
+
+
+@pytest.mark.parametrize(("command", "flags", "named"), [
+    ("verify", ["--pairs", "8"], "--pairs applies"),
+    ("verify", ["--min-pairs", "5", "--window", "20"], "--window, --min-pairs apply"),
+    ("tune", ["--window", "20"], "--window applies"),
+    ("tune", ["--on-spread", "refuse"], "--on-spread applies"),
+])
+def test_a_script_only_option_given_for_a_workload_is_refused_not_ignored(tmp_path, command, flags, named):
+    changes = Plan(optimizer=OptimizerImpl(impl="foreach"))  # not as written: that answer comes before any measuring
+    plan = [str(changes.save(tmp_path / "plan.json"))] if command == "verify" else []
+    out = CliRunner().invoke(app, [command, *plan, "mlp", *flags])
+    assert out.exit_code == 2, out.output
+    assert named in out.output and "mlp is a workload" in out.output and "Tip: drop" in out.output

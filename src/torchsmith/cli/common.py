@@ -46,6 +46,25 @@ PairsOption = Annotated[Optional[int], typer.Option(
 )]
 """``pairs: PairsOption = None``: the one declaration of ``--pairs``."""
 
+def refuse_script_options(workload: str | None, **given: object) -> None:
+    """Say, with exit 2, that a script-only option was given for a workload, instead of ignoring it.
+
+    ``given`` maps each option as typed (``window=...`` for ``--window``) to its value, None when it
+    was not given. A workload's steps and rounds are sized by its budget, not by these.
+
+    Example::
+
+        refuse_script_options("mlp", window=None, pairs=8)   # error: --pairs applies to scripts ...
+    """
+    named = [f"--{name.replace('_', '-')}" for name, value in given.items() if value is not None]
+    if not named:
+        return
+    with user_errors():
+        raise ValueError(f"{', '.join(named)} {'applies' if len(named) == 1 else 'apply'} to scripts (a command "
+                         f"after --); {workload or 'gpt-mini'} is a workload, whose steps and rounds the budget sizes."
+                         f"\nTip: drop {' and '.join(named)}, or give the script: -- python train.py")
+
+
 WORKLOAD_HELP = ("Built-in name (gpt-mini, cnn-mini, mlp; hf-gpt2, hf-llama, hf-vit, hf-resnet with torchsmith\\[hf]), "
                  "package.module:function or path/to/file.py:function.")
 

@@ -9,7 +9,15 @@ from typing import Optional
 import typer
 
 from torchsmith.cli import app
-from torchsmith.cli.common import WORKLOAD_HELP, DeviceOption, JsonOption, PairsOption, WindowOption, user_errors
+from torchsmith.cli.common import (
+    WORKLOAD_HELP,
+    DeviceOption,
+    JsonOption,
+    PairsOption,
+    WindowOption,
+    refuse_script_options,
+    user_errors,
+)
 
 
 @app.command("tune")
@@ -79,6 +87,7 @@ def tune_command(
             as_json=as_json,
         )
     workload = args[0] if args else None
+    refuse_script_options(workload, window=window, pairs=pairs, on_spread=None if on_spread == "guard" else on_spread)
     from torchsmith.report.console import console, error_console
     from torchsmith.report.tune import render_tune, tune_progress
     from torchsmith.report.tune_html import write_tune_report

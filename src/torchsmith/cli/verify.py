@@ -14,7 +14,15 @@ from typing import Optional
 import typer
 
 from torchsmith.cli import app
-from torchsmith.cli.common import WORKLOAD_HELP, DeviceOption, JsonOption, PairsOption, WindowOption, user_errors
+from torchsmith.cli.common import (
+    WORKLOAD_HELP,
+    DeviceOption,
+    JsonOption,
+    PairsOption,
+    WindowOption,
+    refuse_script_options,
+    user_errors,
+)
 
 SLOWER_EXIT = 1
 
@@ -44,6 +52,8 @@ def verify_command(
     from torchsmith.cli.run_script import is_command
 
     args = list(target or [])
+    if not is_command(args):
+        refuse_script_options(args[0] if args else None, window=window, pairs=pairs, min_pairs=min_pairs)
     if says_as_written(plan_path, args, as_json=as_json):
         raise typer.Exit(0)
     if is_command(args):
@@ -58,7 +68,7 @@ def says_as_written(plan_path: Path, args: list[str], *, as_json: bool) -> bool:
     slower, and measuring it beside itself would test only the machine's noise. A 95% interval is
     built to miss the true ratio (here 1.0) up to 1 time in 20, so a gate that measured it would fail builds on noise
     (``benchmarks/claims_hold.py``: an as-written HF Trainer plan was read 0.89x, 95% interval 0.79-1.00).
-    The target is still checked: a misspelt workload or program is an error, not a pass."""
+    The target is still checked: a misspelt workload, program or script file is an error, not a pass."""
     import shutil
 
     from torchsmith.cli.run_script import is_command
@@ -76,12 +86,22 @@ def says_as_written(plan_path: Path, args: list[str], *, as_json: bool) -> bool:
             load_workload(args[0] if args else None)
         elif shutil.which(program := python_command(args)[0]) is None and not Path(program).is_file():
             raise ValueError(f"cannot run `{program}`: no such program on PATH.\nTip: check the command after --.")
+        elif (script := first_script(args)) is not None and not Path(script).is_file():
+            raise ValueError(f"`{' '.join(args)}`: no such script {script} (from {Path.cwd()}).\n"
+                             "Tip: check the command after --.")
     note = f"{plan_path} changes nothing: it is the target as written, so it cannot be slower; nothing was measured."
     (error_console if as_json else console).print(f"verify: {note}", highlight=False)
     if as_json:
         typer.echo(json.dumps({"plan": plan.to_dict(), "as_written": True, "speedup": IDENTITY.to_json(),
                                "verdict": "as written", "slower": False, "notes": [note]}))
     return True
+
+
+def first_script(command: list[str]) -> str | None:
+    """The first ``.py`` word of a command, the script it runs (``python train.py``, ``torchrun
+    --nproc-per-node 2 train.py``, ``accelerate launch train.py``); None when there is none
+    (``python -m package``)."""
+    return next((a for a in command[1:] if a.endswith(".py") and not a.startswith("-")), None)
 
 
 def verify_workload(plan_path: Path, workload: str | None, *, budget: str, as_json: bool, device: str) -> int:

@@ -6,7 +6,9 @@ step by step, in rounds of fresh models from the same seed, each round in a fres
 speedup (``measure.intervals``), widened by the spread between processes, and rounds are added
 while the interval cannot yet tell whether the plan is slower, as long as the budget allows. The plan is
 *measurably slower* only when the whole interval lies below 1.0: a CI gate that fails the build
-on a regression, never on noise.
+on a regression, never on noise. ``verify(w, Plan())`` measures the plan beside itself, an A/A
+run that reads only the machine's noise; ``torchsmith verify`` does not measure such a plan
+(``cli.verify.says_as_written``).
 
 Example::
 

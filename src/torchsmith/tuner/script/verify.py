@@ -3,7 +3,8 @@
 An independent A/B in fresh processes, with the tuner's statistics: a probe run sizes the window
 (at least ``min_window_seconds`` of steps), then alternating pairs (as written, plan) until the
 interval lies wholly above or below 1.0, the pair cap, or the budget. A CI gate: the plan is
-"measurably slower" only when the whole interval is below 1.0.
+"measurably slower" only when the whole interval is below 1.0. Given ``Plan()`` it measures the
+script beside itself (A/A: the machine's noise); ``torchsmith verify`` does not measure such a plan.
 
 Example::
 
