@@ -86,3 +86,12 @@ def test_when_nothing_fits_the_smallest_peak_that_keeps_the_loss_is_kept_for_the
     assert verdict.winner is not None and verdict.winner.peak_memory_bytes == 180
     assert "closest to the limit" in verdict.winner.reason
     assert choose("checkpointing", moves, measured, m(140), m(140), GuardConfig(), memory_limit=150).winner is None
+
+
+def test_an_interim_look_reads_a_stricter_interval_that_contains_the_final_one():
+    ref = measurement([1.0] * 8)
+    rounds = Rounds([Round(baseline=ref, reference=ref, candidate=measurement([0.9 + 0.03 * i, 1.1 - 0.02 * i] * 4))
+                     for i in range(4)])
+    final, interim = rounds.versus_reference(), rounds.versus_reference(confidence=0.99)
+    assert interim.confidence == 0.99 and final.confidence == 0.95
+    assert interim.low < final.low < final.estimate < final.high < interim.high

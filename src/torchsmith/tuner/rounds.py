@@ -65,9 +65,11 @@ class Rounds:
                 worst, worst_at = beyond, j
         return [r for j, r in enumerate(self.rounds) if j != worst_at]
 
-    def versus_reference(self) -> SpeedupInterval:
-        """The candidate's speedup over the plan it must beat: what decides a win."""
-        return _interval(self.kept(), against="reference", between=len(self.rounds) >= BETWEEN_ROUNDS_FROM)
+    def versus_reference(self, confidence: float = 0.95) -> SpeedupInterval:
+        """The candidate's speedup over the plan it must beat: what decides a win. A look before the
+        last of a sequential decision asks a stricter ``confidence`` (``AdaptivePairs``: 0.99)."""
+        return _interval(self.kept(), against="reference", between=len(self.rounds) >= BETWEEN_ROUNDS_FROM,
+                         confidence=confidence)
 
     def versus_baseline(self) -> SpeedupInterval:
         """The candidate's speedup over the as-written plan: what the tables report."""
@@ -105,7 +107,7 @@ BETWEEN_ROUNDS_FROM = 3
 
 
 def _interval(rounds: list[Round], *, against: Literal["reference", "baseline"],
-              between: bool = False) -> SpeedupInterval:
+              between: bool = False, confidence: float = 0.95) -> SpeedupInterval:
     """The speedup interval over every pair of ``rounds``, pooled; with ``between`` (once
     ``BETWEEN_ROUNDS_FROM`` rounds were measured, a dropped burst included), widened to the interval
     over the rounds' own ratios when that is wider.
@@ -119,9 +121,10 @@ def _interval(rounds: list[Round], *, against: Literal["reference", "baseline"],
     """
     per_round = [paired_seconds(r.reference if against == "reference" else r.baseline, r.candidate)
                  for r in rounds]
-    pooled = speedup_interval([t for a, _ in per_round for t in a], [t for _, b in per_round for t in b])
+    pooled = speedup_interval([t for a, _ in per_round for t in a], [t for _, b in per_round for t in b],
+                              confidence=confidence)
     if not between or len(rounds) < 2:
         return pooled
     ratios = [speedup_interval(a, b).estimate for a, b in per_round]
-    spread = speedup_interval(ratios, [1.0] * len(ratios))
+    spread = speedup_interval(ratios, [1.0] * len(ratios), confidence=confidence)
     return replace(pooled, low=min(pooled.low, spread.low), high=max(pooled.high, spread.high))
