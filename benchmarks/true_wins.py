@@ -2,37 +2,47 @@
 
 ``benchmarks/scripts/many_params.py`` steps hundreds of small tensors with Adam's for-loop
 implementation (PyTorch's default for CPU tensors): ``foreach``/``fused`` cut the optimizer's
-per-tensor overhead, a planted ~1.2-1.4x at the default ``--batch 4096`` on the 2-core AVX2 VM (foreach ~1.4x and fused
-2.4-3.0x on an AVX-512 one: claims_hold.py --only many-params; ``--batch 64``:
-foreach ~1.4-1.7x, fused ~1.7-3.4x; size it with --tensors/--work/--batch). Each
+per-tensor overhead. The win's size depends on the machine (batch 4096: ~1.2-1.4x on the 2-core AVX2 VM, fused
+1.57x and foreach 1.24x on an AVX-512 one), so by default (``--batch auto``) the benchmark first measures it
+in this process, for-loop, foreach and fused Adam interleaved step by step at several batch sizes, and
+plants the issue's ~1.3x: the batch whose best win lies nearest ``PLANTED``. Each
 tune's claimed interval is then checked against an independent re-measurement in fresh processes
 (``verify_script``) of at least as many pairs as the claim, the design the claimed interval
 describes. Targets: at least 9 of 10 tunes find it; every interval contains its re-measured ratio.
 
     PYTHONPATH=src .venv/bin/python benchmarks/true_wins.py [--repeats 10] [--budget 8m] [--verify-budget 2m] \
-        [--batch 4096]
+        [--batch auto|4096]
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import sys
+import time
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "many_params.py"
+PLANTED = 1.3
+"""The win issue 22 asks the tuner to find 9 times in 10: the best optimizer implementation's speedup."""
+BATCHES = (2048, 4096, 8192, 16384)
+"""Where ``--batch auto`` looks: a larger batch adds matmul work beside the same optimizer work, a smaller win."""
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=10, help="tunes to run")
-    ap.add_argument("--budget", default="8m", help="each tune's budget (a 1.3x takes ~29 pairs of ~17 s here)")
+    ap.add_argument("--budget", default="8m", help="each tune's budget (a 1.3x takes ~29 pairs: "
+                                                   "~17 s a pair on the 2-core AVX2 VM, ~9 s on an AVX-512 one)")
     ap.add_argument("--verify-budget", default="2m", help="each independent re-measurement's budget")
     ap.add_argument("--knobs", default=None, help="comma-separated knobs to search (default: all)")
     ap.add_argument("--tensors", type=int, default=300, help="small parameter tensors in the script")
     ap.add_argument("--work", type=int, default=256, help="width of the script's fixed matmul")
-    ap.add_argument("--batch", type=int, default=4096, help="rows of the script's fixed matmul: more, a smaller win")
+    ap.add_argument("--batch", default="auto", help="rows of the script's fixed matmul: more, a smaller win; "
+                                                    f"auto: the one of {BATCHES} that plants nearest {PLANTED}x here")
     args = ap.parse_args()
+    args.batch = pick_batch(args.tensors, args.work) if args.batch == "auto" else int(args.batch)
 
     from torchsmith.text import parse_duration
     from torchsmith.tuner.script import ScriptTuneConfig, tune_script
@@ -68,6 +78,50 @@ def main() -> int:
     print(f"found the planted win: {found} of {args.repeats} (target >= {need}); "
           f"re-measured inside the claimed interval: {held} of {found} (target: all)")
     return 0 if found >= need and held == found else 1
+
+
+def planted_win(tensors: int, work: int, batch: int, steps: int = 30) -> dict[str, float]:
+    """foreach's and fused's speedup over the for-loop on the script's model, measured here: the three
+    optimizers step in turn, one step each, so they share every moment of the machine; medians of ``steps``."""
+    import torch
+
+    sys.path.insert(0, str(SCRIPT.parent))
+    from many_params import ManySmall
+
+    def stepper(impl: str):  # noqa: ANN202 - a step function
+        torch.manual_seed(0)
+        model = ManySmall(tensors, work)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3, **({} if impl == "loop" else {impl: True}))
+        x = torch.randn(batch, work)
+
+        def step() -> None:
+            loss = model(x)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        return step
+
+    steppers = {impl: stepper(impl) for impl in ("loop", "foreach", "fused")}
+    seconds: dict[str, list[float]] = {impl: [] for impl in steppers}
+    for i in range(3 + steps):  # 3 warm-up steps each
+        for impl, step in steppers.items():
+            began = time.perf_counter()
+            step()
+            if i >= 3:
+                seconds[impl].append(time.perf_counter() - began)
+    loop = statistics.median(seconds["loop"])
+    return {impl: loop / statistics.median(seconds[impl]) for impl in ("foreach", "fused")}
+
+
+def pick_batch(tensors: int, work: int) -> int:
+    """The batch of ``BATCHES`` whose best planted win lies nearest ``PLANTED`` on this machine, said."""
+    wins = {batch: planted_win(tensors, work, batch) for batch in BATCHES}
+    for batch, win in wins.items():
+        print(f"planted win at batch {batch}: foreach {win['foreach']:.2f}x, fused {win['fused']:.2f}x "
+              "(one process, interleaved)", flush=True)
+    batch = min(wins, key=lambda b: abs(max(wins[b].values()) - PLANTED))
+    print(f"using batch {batch}: best win {max(wins[batch].values()):.2f}x, nearest the issue's {PLANTED}x", flush=True)
+    return batch
 
 
 def _cost(r) -> str:  # noqa: ANN001 - a ScriptTuneResult
