@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torchsmith.measure.intervals import SpeedupInterval
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "many_params.py"
 PLANTED = 1.3
@@ -80,28 +83,18 @@ def main() -> int:
     return 0 if found >= need and held == found else 1
 
 
-def planted_win(tensors: int, work: int, batch: int, steps: int = 30) -> dict[str, float]:
-    """foreach's and fused's speedup over the for-loop on the script's model, measured here: the three
-    optimizers step in turn, one step each, so they share every moment of the machine; medians of ``steps``."""
-    import torch
+def planted_win(tensors: int, work: int, batch: int, steps: int = 30) -> dict[str, SpeedupInterval]:
+    """foreach's and fused's speedup over the for-loop on the script's step, measured here with its 95%
+    interval: the three optimizers step in turn, one step each, so each round of ``steps`` is a pair that
+    shared one moment of the machine. One process: the interval holds step-to-step noise, not the
+    process-to-process noise a tune's pairs of processes see."""
+    from torchsmith.measure.intervals import speedup_interval
 
     sys.path.insert(0, str(SCRIPT.parent))
-    from many_params import ManySmall
+    from many_params import training_step  # the script's own step, so the win sized is the win planted
 
-    def stepper(impl: str):  # noqa: ANN202 - a step function
-        torch.manual_seed(0)
-        model = ManySmall(tensors, work)
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3, **({} if impl == "loop" else {impl: True}))
-        x = torch.randn(batch, work)
-
-        def step() -> None:
-            loss = model(x)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        return step
-
-    steppers = {impl: stepper(impl) for impl in ("loop", "foreach", "fused")}
+    steppers = {impl: training_step(tensors, work, batch, **({} if impl == "loop" else {impl: True}))
+                for impl in ("loop", "foreach", "fused")}
     seconds: dict[str, list[float]] = {impl: [] for impl in steppers}
     for i in range(3 + steps):  # 3 warm-up steps each
         for impl, step in steppers.items():
@@ -109,18 +102,18 @@ def planted_win(tensors: int, work: int, batch: int, steps: int = 30) -> dict[st
             step()
             if i >= 3:
                 seconds[impl].append(time.perf_counter() - began)
-    loop = statistics.median(seconds["loop"])
-    return {impl: loop / statistics.median(seconds[impl]) for impl in ("foreach", "fused")}
+    return {impl: speedup_interval(seconds["loop"], seconds[impl]) for impl in ("foreach", "fused")}
 
 
 def pick_batch(tensors: int, work: int) -> int:
     """The batch of ``BATCHES`` whose best planted win lies nearest ``PLANTED`` on this machine, said."""
     wins = {batch: planted_win(tensors, work, batch) for batch in BATCHES}
     for batch, win in wins.items():
-        print(f"planted win at batch {batch}: foreach {win['foreach']:.2f}x, fused {win['fused']:.2f}x "
-              "(one process, interleaved)", flush=True)
-    batch = min(wins, key=lambda b: abs(max(wins[b].values()) - PLANTED))
-    print(f"using batch {batch}: best win {max(wins[batch].values()):.2f}x, nearest the issue's {PLANTED}x", flush=True)
+        print(f"planted win at batch {batch}: foreach {win['foreach'].describe()}, fused {win['fused'].describe()} "
+              "(one process, steps interleaved)", flush=True)
+    best = {b: max(iv.estimate for iv in win.values()) for b, win in wins.items()}
+    batch = min(best, key=lambda b: abs(best[b] - PLANTED))
+    print(f"using batch {batch}: best win {best[batch]:.2f}x, nearest the issue's {PLANTED}x", flush=True)
     return batch
 
 

@@ -10,6 +10,7 @@ re-measured foreach at 1.40-1.69x and fused at 1.72-3.43x at batch 64 (10 tunes)
 """
 
 import argparse
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -26,6 +27,22 @@ class ManySmall(nn.Module):
         return self.big(x).pow(2).mean() + bias.pow(2)
 
 
+def training_step(tensors: int, work: int, batch: int, **adam: bool) -> Callable[[], None]:
+    """One step of this script's loop, ready to call: the model, the input and Adam (the for-loop unless
+    ``foreach=True`` or ``fused=True``). ``benchmarks/true_wins.py`` times this same step to size the win."""
+    torch.manual_seed(0)
+    model = ManySmall(tensors, work)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, **adam)  # foreach unset: the for-loop on CPU
+    x = torch.randn(batch, work)
+
+    def step() -> None:
+        loss = model(x)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return step
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=400)
@@ -33,15 +50,9 @@ def main() -> None:
     ap.add_argument("--work", type=int, default=192, help="width of the fixed matmul in each step")
     ap.add_argument("--batch", type=int, default=64, help="rows of the fixed matmul's input: more, a smaller win")
     args = ap.parse_args()
-    torch.manual_seed(0)
-    model = ManySmall(args.tensors, args.work)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)  # foreach unset: the for-loop on CPU
-    x = torch.randn(args.batch, args.work)
+    step = training_step(args.tensors, args.work, args.batch)
     for _ in range(args.steps):
-        loss = model(x)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        step()
     print(f"many_params done {args.steps}")
 
 
