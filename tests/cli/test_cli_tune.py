@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+from terminal_text import unwrapped
+
 
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory):
@@ -24,7 +26,7 @@ def test_tune_writes_plan_and_report_and_prints_the_summary(tuned):
     proc, cwd = tuned
     assert json.loads((cwd / "p.json").read_text())["schema_version"] == 1
     assert (cwd / "r.html").read_text().startswith("<!doctype html>")
-    out = " ".join(proc.stderr.split())  # --json: the summary is on stderr; rich wraps long lines
+    out = unwrapped(proc.stderr)  # --json: the summary is on stderr; rich wraps long lines
     for needle in ("tuned plan", "speedup vs as written", "top candidates", "plan written to p.json"):
         assert needle in out, needle
 

@@ -7,6 +7,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
+from terminal_text import unwrapped
 from torchsmith.cli import app
 from torchsmith.plan import OptimizerImpl, Plan
 
@@ -34,7 +35,7 @@ def test_an_as_written_plan_passes_without_measuring(tmp_path, monkeypatch, targ
 def test_an_as_written_plan_still_checks_its_target(tmp_path, target, says):
     plan = Plan().save(tmp_path / "plan.json")
     out = CliRunner().invoke(app, ["verify", str(plan), *target])
-    said = " ".join(out.output.split())  # rich wraps a long path at the terminal's width
+    said = unwrapped(out.output)  # rich wraps a long path at the terminal's width
     assert out.exit_code == 2 and says in said and "Tip:" in said, out.output
 
 
@@ -56,5 +57,5 @@ def test_a_script_only_option_given_for_a_workload_is_refused_not_ignored(tmp_pa
     plan = [str(changes.save(tmp_path / "plan.json"))] if command == "verify" else []
     out = CliRunner().invoke(app, [command, *plan, "mlp", *flags])
     assert out.exit_code == 2, out.output
-    said = " ".join(out.output.split())  # rich wraps long lines at the terminal's width
+    said = unwrapped(out.output)  # rich wraps long lines at the terminal's width
     assert named in said and "mlp is a workload" in said and "Tip: drop" in said

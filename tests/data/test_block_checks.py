@@ -14,6 +14,7 @@ import torch
 from torch.utils.data import DataLoader
 from typer.testing import CliRunner
 
+from terminal_text import unwrapped
 from torchsmith.data.checksum import DEFAULT_BLOCK_BYTES, file_digests
 from torchsmith.data.index_format import FORMAT_VERSION, WHOLE_FILE_SHA256
 from torchsmith.data.mmap_dataset import MmapDataset
@@ -221,7 +222,7 @@ def test_cli_upgrade_and_verify(tmp_path):
     assert r.exit_code == 0 and "nothing to do" in r.output, r.output
     _flip(dest / "shard_00000.npy", 200)
     r = runner.invoke(app, ["data", "verify", str(dest)])
-    flat = " ".join(r.output.split())  # rich wraps long lines at spaces
+    flat = unwrapped(r.output)  # rich wraps long lines at spaces
     assert r.exit_code == 1 and "fails its checksum in 1 of 1 block(s): 0 (bytes 0-223)" in flat, r.output
 
 

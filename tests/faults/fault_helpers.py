@@ -6,6 +6,7 @@ from pathlib import Path
 import torch
 from typer.testing import CliRunner
 
+from terminal_text import unwrapped
 from torchsmith.workload import Workload
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -26,7 +27,7 @@ def one_line_error(stderr: str) -> str:
     whitespace joined, since the terminal wraps long lines."""
     assert "Traceback" not in stderr, stderr
     assert stderr.startswith("error: "), stderr
-    return " ".join(stderr.split())
+    return unwrapped(stderr)
 
 
 def tiny(name: str = "tiny", lr: float = 0.1, width: int = 4, loss=None, seed: int = 0) -> Workload:

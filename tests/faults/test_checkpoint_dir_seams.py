@@ -20,6 +20,7 @@ import signal
 import subprocess
 
 import pytest
+from fault_helpers import one_line_error
 from fault_procs import FAULT_WORKLOAD, finish, start, torchsmith, wait_for
 
 from torchsmith.engine.checkpoint import list_checkpoints, load_checkpoint
@@ -32,11 +33,6 @@ def run(ckpt, steps, *extra, workload=FAULT_WORKLOAD):
             "--json", *extra]
 
 
-def one_line(err: str) -> str:
-    assert "Traceback" not in err and err.startswith("error: "), err[-3000:]
-    return " ".join(err.split())
-
-
 def test_overwrite_x_concurrent_writer_is_refused_and_the_writer_keeps_its_checkpoints(tmp_path):
     ckpt = tmp_path / "c"
     writer = start(run(ckpt, 100000, "--checkpoint-every", 10, workload="mlp"), tmp_path)
@@ -45,7 +41,7 @@ def test_overwrite_x_concurrent_writer_is_refused_and_the_writer_keeps_its_check
         assert writer.poll() is None
         for flag in ("--overwrite", "--resume"):
             code, _, err = torchsmith(run(ckpt, 4, flag, workload="mlp"), tmp_path)
-            said = one_line(err)
+            said = one_line_error(err)
             assert code == 2 and f"is in use by another live run (pid {writer.pid} on" in said, said
         writer.send_signal(signal.SIGTERM)
         code, _, err = finish(writer)
@@ -92,7 +88,7 @@ def test_disk_full_x_manifest_write_fails_in_one_line_and_resume_continues(tmp_p
     # Leave room for exactly the step-4 file and not one page more: its manifest cannot be written.
     (tmpfs / "filler").write_bytes(b"\0" * (free_bytes(tmpfs) - -(-size // page) * page))
     code, _, err = torchsmith(run(ckpt, 4, "--resume"), tmp_path)
-    said = one_line(err)
+    said = one_line_error(err)
     assert code == 2, said
     assert f"could not write the manifest of checkpoint {ckpt / 'step_00000004.pt'}: the disk is full" in said, said
     assert [p.name for p in list_checkpoints(ckpt)] == ["step_00000002.pt"]  # the unverifiable .pt is gone
@@ -116,7 +112,7 @@ def test_read_only_mount_x_resume_refuses_before_step_1_and_a_writable_copy_resu
     if done.returncode != 0:
         pytest.skip(f"cannot remount the tmpfs read-only: {done.stderr.strip()}")
     code, out, err = torchsmith(run(ckpt, 4, "--resume"), tmp_path)
-    said = one_line(err)
+    said = one_line_error(err)
     assert code == 2 and out == "", said
     assert f"--checkpoint-dir {ckpt} is not writable: Read-only file system" in said and "before step 1" in said
     assert {p.name: p.read_bytes() for p in ckpt.iterdir()} == before

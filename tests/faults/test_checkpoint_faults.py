@@ -9,6 +9,7 @@ import pytest
 import torch
 from fault_helpers import cli, one_line_error, tiny, write_workload_file
 
+from terminal_text import unwrapped
 from torchsmith.engine import checkpoint as ckpt_mod
 from torchsmith.engine.checkpoint import (
     CheckpointError,
@@ -82,7 +83,7 @@ def test_resume_that_finds_nothing_says_so(tmp_path):
     result = run(tiny(), steps=2, checkpoint_dir=tmp_path / "missing", resume=True)
     assert result.start_step == 0 and "found no checkpoint" in result.resume_note
     code, out, _ = cli("run", "mlp", "--steps", "1", "--checkpoint-dir", tmp_path / "missing2", "--resume")
-    assert code == 0 and "nothing to resume, training starts at step 0" in " ".join(out.split())
+    assert code == 0 and "nothing to resume, training starts at step 0" in unwrapped(out)
 
 
 def test_fresh_run_into_another_runs_directory_refuses_unless_overwrite(tmp_path):

@@ -7,6 +7,8 @@ import pytest
 import torch
 from fault_helpers import ANSI, cli, one_line_error, write_workload_file
 
+from terminal_text import unwrapped
+
 NONSCALAR = """
 import torch, torchsmith
 def workload():
@@ -107,7 +109,7 @@ def test_tune_budget_too_small_states_one_minimum():
     import re
 
     code, _, err = cli("tune", "mlp", "--budget", "0.01s", "--report", "", "--out", os.devnull)
-    text = " ".join(err.split())
+    text = unwrapped(err)
     assert code == 2 and "Traceback" not in err
     need = re.search(r"need about (\d+) s in all", text)
     assert need and f"pass --budget {need.group(1)}s or more" in text, text

@@ -12,6 +12,7 @@ import pytest
 import torch
 from fault_procs import FAULT_WORKLOAD, attempts, finish, last_result, launch, start, torchsmith, wait_for
 
+from terminal_text import unwrapped
 from torchsmith.distributed.checkpoint import list_steps, load_model_tensors
 from torchsmith.engine.checkpoint import list_checkpoints, load_checkpoint
 
@@ -31,7 +32,7 @@ def test_sigterm_x_checkpoint_save_saves_the_step_under_way_and_resumes_bit_exac
     proc.send_signal(signum)
     code, _, err = finish(proc)
     assert code == 128 + signum, err[-3000:]
-    said = " ".join(err.split())
+    said = unwrapped(err)
     (name, stopped, path, exit_code), = SAVED.findall(said)
     stopped = int(stopped)
     assert name == signal.Signals(signum).name and int(exit_code) == code and "Traceback" not in said
@@ -97,7 +98,7 @@ def test_sigterm_x_dcp_save_one_rank_signalled_every_rank_saves_the_same_step(tm
     # and save it together, exit 143; the restart torchrun makes then resumes step 5 by itself.
     code, out, ckpt, logs = dcp_job(tmp_path, "term", 12, max_restarts=1, TS_TERM_AT_STEP="5", TS_FAULT_RANK="1")
     assert code == 0, out[-6000:]
-    said = " ".join((attempts(logs, 0)[0].parent / "stderr.log").read_text().split())  # rank 0, first attempt
+    said = unwrapped((attempts(logs, 0)[0].parent / "stderr.log").read_text())  # rank 0, first attempt
     assert SAVED.search(said) and "stopped after step 5" in said, said[-3000:]
     assert "failed (exitcode: 143)" in out, out[-3000:]  # what torchrun saw of the first attempt
     committed = [s for s, _, ok in list_steps(ckpt) if ok]

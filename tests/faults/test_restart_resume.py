@@ -11,6 +11,7 @@ import pytest
 import torch
 from fault_procs import FAULT_WORKLOAD, attempts, last_result, launch
 
+from terminal_text import unwrapped
 from torchsmith.distributed.checkpoint import load_model_tensors
 from torchsmith.engine.dir_lock import LOCK_NAME
 from torchsmith.plan import FSDP2, Plan
@@ -72,7 +73,7 @@ def test_restart_x_resume_refusal_another_run_still_refuses_on_every_attempt(tmp
     runs = attempts(tmp_path / "intruder_logs")
     assert sorted(runs) == [0, 1], out + err
     for attempt in runs.values():
-        said = " ".join((attempt.parent / "stderr.log").read_text().split())
+        said = unwrapped((attempt.parent / "stderr.log").read_text())
         assert "already holds 2 checkpoint(s)" in said and "did not write them" in said, said[-2000:]
         assert "Traceback" not in said, said[-2000:]
     assert checkpoint_files(ref_ckpt) == before  # nothing written, nothing deleted

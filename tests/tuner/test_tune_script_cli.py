@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from terminal_text import unwrapped
+
 SCRIPT = Path(__file__).parents[1] / "scripts" / "plain_loop.py"
 SRC = Path(__file__).parent.parent.parent / "src"
 
@@ -34,7 +36,7 @@ def tuned(tmp_path_factory):
 def test_tune_a_script_writes_plan_report_and_summary(tuned):
     proc, cwd, side = tuned
     assert json.loads((cwd / "p.json").read_text())["schema_version"] == 1
-    out = " ".join(proc.stderr.split())  # --json: the summary is on stderr; rich wraps long lines
+    out = unwrapped(proc.stderr)  # --json: the summary is on stderr; rich wraps long lines
     for needle in ("tuned plan", "top candidates", "apply it, no edit: torchsmith run --plan p.json --",
                    "side effects:", str(side), "plan written to p.json"):
         assert needle in out, needle
@@ -62,6 +64,6 @@ def test_run_plan_refuses_knobs_a_script_cannot_take(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, "-m", "torchsmith", "run", "--plan", str(plan), "--", sys.executable,
                            str(SCRIPT)], capture_output=True, text=True, env=env, timeout=120)
-    err = " ".join(proc.stderr.split())  # rich wraps at the terminal width, wherever the tmp path ends
+    err = unwrapped(proc.stderr)  # rich wraps at the terminal width, wherever the tmp path ends
     assert proc.returncode == 2 and "microbatching cannot be applied to a script" in err
     assert "Tip:" in err and "Traceback" not in err
