@@ -119,7 +119,8 @@ def main() -> None:
     ap.add_argument("--workloads", default="gpt-mini,hf-llama")
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--budget", default="quarter",
-                    help=f"the tuner's budget: a duration (4m), or quarter: {TIME_SHARE * 100:.0f}%% of the grid's time")
+                    help=f"the tuner's budget: a duration (4m), or quarter: "
+                         f"{TIME_SHARE * 100:.0f}%% of the grid's time")
     ap.add_argument("--steps", type=int, default=12, help="timed steps per plan in each grid job")
     ap.add_argument("--settle-rounds", type=int, default=16,
                     help="most jobs for the tuned plan against the grid best while 0.95 is undecided")
