@@ -118,3 +118,15 @@ def test_chunked_composes_with_other_knobs(knob):
     _, _, ref = _train(Plan(**knob), batches, vocab=500)
     _, _, got = _train(Plan(loss_impl=CHUNKED, **knob), batches, vocab=500)
     assert got == pytest.approx(ref, rel=1e-4)
+
+
+def test_regression_targets_make_the_plan_not_applicable_not_failed():
+    # mlp's loss is MSE against float targets: the chunked op's check on the first batch refuses, and the
+    # measurement says refused (tune's "n/a"), naming the targets, instead of a failed candidate.
+    from torchsmith.harness.compare import measure_plans
+    from torchsmith.workload import load_workload
+
+    _, chunked = measure_plans(load_workload("mlp"), [Plan(), Plan(loss_impl=CHUNKED)], warmup=0, steps=1,
+                               device="cpu", measure_memory=False)
+    assert chunked.refused and chunked.step_seconds is None
+    assert "targets are float32 of shape (256, 4)" in chunked.error  # the first line: what a table shows

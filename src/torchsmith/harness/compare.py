@@ -266,6 +266,9 @@ class _State:
                 self.times.append(clock(self.plan, one_step))
         except Exception as err:
             self.error = _describe(err)
+            # A transform that checks the first batch (the chunked loss: its targets, its loss as written)
+            # refuses there as at apply time: the plan does not apply to this workload, it did not fail.
+            self.refused = isinstance(err, TransformError)
             return
         if len(self.losses) == self.compare_steps:  # outside the clock: a copy is not part of the step
             self.compared = [p.clone() for p in full_parameters(self.step_fn.model)]

@@ -147,7 +147,15 @@ def _causal_lm_hidden(model: nn.Module, head: nn.Module, batch: dict) -> tuple[t
 
 def _inputs_targets(batch: Any) -> tuple[Any, torch.Tensor]:
     if isinstance(batch, (tuple, list)) and len(batch) == 2 and isinstance(batch[1], torch.Tensor):
-        return batch[0], batch[1]
+        targets = batch[1]
+        if targets.is_floating_point() or targets.is_complex():
+            raise TransformError(
+                f"loss_impl='chunked' computes cross-entropy against class ids, but this workload's targets are "
+                f"{str(targets.dtype).removeprefix('torch.')} of shape {tuple(targets.shape)}: a regression or "
+                "soft-label loss, which the chunked op does not reproduce.\n"
+                "Tip: keep loss_impl='standard' for this workload."
+            )
+        return batch[0], targets
     found = f"a {type(batch).__name__} of {len(batch)}" if isinstance(batch, (tuple, list)) else type(batch).__name__
     raise TransformError(
         f"loss_impl='chunked' needs batches of (inputs, targets) with targets a tensor of class ids; found {found}.\n"
