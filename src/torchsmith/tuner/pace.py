@@ -64,10 +64,11 @@ class Pace:
     def left(self) -> float:
         return self.budget_seconds - self.elapsed()
 
-    def record(self, seconds: float, plans: int, steps: int) -> None:
-        """A measurement of ``plans`` plans, ``steps`` timed steps each, took ``seconds``."""
+    def record(self, seconds: float, plans: int, steps: int, warmup: int | None = None) -> None:
+        """A measurement of ``plans`` plans, ``steps`` timed steps each after ``warmup`` (None: the
+        pace's own), took ``seconds``."""
         self.spent_measuring += seconds
-        self.plan_steps += plans * (self.warmup + steps)
+        self.plan_steps += plans * ((self.warmup if warmup is None else warmup) + steps)
 
     def cost_per_plan_step(self) -> float:
         return max(self.step_seconds, self.spent_measuring / max(self.plan_steps, 1))

@@ -437,7 +437,7 @@ def _calibrate(workload: Workload, dev: torch.device, speed_dims: list[Dimension
     pace = Pace.calibrated(budget_seconds, step_s, warmup, plans_to_measure, start, rounds,
                            ranks.job_start_seconds if ranks is not None else 0.0)
     if ranks is not None:
-        ranks.pace = pace
+        ranks.attach(pace)
     need = pace.elapsed() + pace.estimate(4, MIN_STEPS)
     if budget_seconds < need:
         spent = pace.elapsed()
