@@ -111,7 +111,7 @@ def one_workload(spec: str, nproc: int, budget: str, steps: int, settle_rounds: 
                         f"{target_verdict(got.versus_reference())}")
     print(f"  grid best: {best.describe()} ({grid_s:.0f} s)")
     print(f"  {verdict}")
-    print(f"  tune time / grid time = {tune_s / grid_s:.2f}  (targets: >= 0.95 of the grid best, <= 0.25 of its time)")
+    print(f"  tune time / grid time = {tune_s / grid_s:.3f}  (targets: >= 0.95 of the grid best, <= 0.25 of its time)")
 
 
 def main() -> None:
