@@ -43,6 +43,10 @@ class Pace:
     """Rounds the final proof reserves: several when each runs in a fresh process (``harness.fresh_round``)."""
     process_start_seconds: float = 0.0
     """What a proof round pays before its first step: a fresh process's start, learnt as rounds run."""
+    plan_setup_seconds: float = 0.0
+    """What each plan of a measurement costs beyond its steps: its build, and on ranks its DDP or FSDP2
+    wrapping and warm-up, learnt from the calibration job (``RankRounds.attach``); 0 in one process, where
+    a measurement's time per plan-step covers it."""
     round_start_seconds: float = 0.0
     """What every measurement pays around its steps: a torchrun job's start under ``--nproc-per-node``
     (``tuner.rank_rounds``); 0 when measurements run in this process."""
@@ -76,8 +80,8 @@ class Pace:
     def estimate(self, plans: int, steps: int | None = None, setup_seconds: float = 0.0) -> float:
         """Seconds to measure ``plans`` plans (``setup_seconds`` is the one-off cost of all of them)."""
         steps = self.steps if steps is None else steps
-        stepping = plans * (self.warmup + steps) * self.cost_per_plan_step() * ESTIMATE_SAFETY
-        return stepping + setup_seconds + self.round_start_seconds
+        stepping = plans * ((self.warmup + steps) * self.cost_per_plan_step() + self.plan_setup_seconds)
+        return stepping * ESTIMATE_SAFETY + setup_seconds + self.round_start_seconds
 
     def proof_round(self) -> float:
         """Seconds of one round of the proof: the best plan beside the baseline, plus its process start."""

@@ -54,14 +54,16 @@ class RankRounds:
     """``(seconds, plans, warmup, steps)`` of the rounds measured before the pace existed (the calibration)."""
 
     def attach(self, pace: Pace) -> None:
-        """Time every later round against ``pace``, and give it the cost of the rounds measured before it.
+        """Time every later round against ``pace``, and give it what each plan costs in a job beyond its steps.
 
-        A job's plan-step costs more than its timed step (each plan's build and DDP or FSDP2
-        wrapping, the warm-up, the guard's copies): 0.58 s against 0.22 s on hf-llama at 2 CPU ranks.
-        Sized from the timed step alone, the first knob's job overran a 65 s budget by 7 s."""
+        A plan in a job is built, wrapped in DDP or FSDP2 and warmed up before its timed steps: on
+        hf-llama at 2 CPU ranks that is about 2.3 s a plan beside 0.2 s a step. Sized from the timed
+        step alone, the first knob's job of 12 plans overran a 65 s budget by 7 s and left the proof
+        one job. The calibration job (the A/A, before the pace existed) sets it: its time beyond its steps."""
         self.pace = pace
         for seconds, plans, warmup, steps in self.unpaced:
-            pace.record(seconds, plans, steps, warmup=warmup)
+            stepping = plans * (warmup + steps) * pace.step_seconds
+            pace.plan_setup_seconds = max(0.0, (seconds - stepping) / plans)
         self.unpaced.clear()
 
     def measure(self, plans: list[Plan], *, warmup: int, steps: int, compare_steps: int | None,
@@ -70,7 +72,7 @@ class RankRounds:
         ``with_scale_inputs`` also measures what the scale model needs (``harness.scale_inputs``)."""
         r = rank_round(self.spec, plans, nproc=self.nproc, warmup=warmup, steps=steps, device=str(self.device),
                        compare_steps=compare_steps, measure_memory=measure_memory,
-                       timeout_s=self._timeout(len(plans) * (warmup + steps)), with_scale_inputs=with_scale_inputs)
+                       timeout_s=self._timeout(len(plans), warmup + steps), with_scale_inputs=with_scale_inputs)
         if r.scale_inputs is not None:
             self.scale_inputs = r.scale_inputs
         self.rounds += 1
@@ -83,16 +85,18 @@ class RankRounds:
             if self.pace is None:
                 self.unpaced.append((r.measure_seconds, len(plans), warmup, steps))
             else:
-                self.pace.record(r.measure_seconds, len(plans), steps, warmup=warmup)
+                setup = len(plans) * self.pace.plan_setup_seconds  # counted apart: what is left is stepping
+                self.pace.record(max(0.0, r.measure_seconds - setup), len(plans), steps, warmup=warmup)
         if self.pace is not None:
             self.pace.round_start_seconds = self.job_start_seconds
         return r.measurements
 
-    def _timeout(self, plan_steps: int) -> float:
+    def _timeout(self, plans: int, steps: int) -> float:
         """Seconds after which a round is taken to hang (a rank stuck in a collective) and killed."""
         if self.pace is None:  # the calibration: nothing timed yet
             return 3 * MIN_TIMEOUT
-        return max(MIN_TIMEOUT, HANG_FACTOR * plan_steps * self.pace.cost_per_plan_step())
+        expected = plans * (steps * self.pace.cost_per_plan_step() + self.pace.plan_setup_seconds)
+        return max(MIN_TIMEOUT, HANG_FACTOR * expected)
 
     def note(self) -> str:
         """What the figures of a search on ranks mean, and what went wrong on the way."""
