@@ -15,7 +15,7 @@ Example::
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -50,8 +50,8 @@ class RankRounds:
     """Rounds that gave no answer."""
     scale_inputs: dict[str, Any] | None = None
     """The scale model's inputs, measured on the ranks by the round that asked for them."""
-    unpaced: list[tuple[float, int, int, int]] = field(default_factory=list)
-    """``(seconds, plans, warmup, steps)`` of the rounds measured before the pace existed (the calibration)."""
+    calibration: tuple[float, int, int] | None = None
+    """``(seconds, plans, plan_steps)`` of the round measured before the pace existed (the A/A)."""
 
     def attach(self, pace: Pace) -> None:
         """Time every later round against ``pace``, and give it what each plan costs in a job beyond its steps.
@@ -61,10 +61,9 @@ class RankRounds:
         step alone, the first knob's job of 12 plans overran a 65 s budget by 7 s and left the proof
         one job. The calibration job (the A/A, before the pace existed) sets it: its time beyond its steps."""
         self.pace = pace
-        for seconds, plans, warmup, steps in self.unpaced:
-            stepping = plans * (warmup + steps) * pace.step_seconds
-            pace.plan_setup_seconds = max(0.0, (seconds - stepping) / plans)
-        self.unpaced.clear()
+        if self.calibration is not None:
+            seconds, plans, plan_steps = self.calibration
+            pace.plan_setup_seconds = max(0.0, (seconds - plan_steps * pace.step_seconds) / plans)
 
     def measure(self, plans: list[Plan], *, warmup: int, steps: int, compare_steps: int | None,
                 measure_memory: bool, with_scale_inputs: bool = False) -> list[PlanMeasurement]:
@@ -83,7 +82,7 @@ class RankRounds:
             self.job_start_seconds = max(0.0, r.wall_seconds - r.measure_seconds - r.inputs_seconds)
         if r.error is None:  # a failed job's wall (restarts, a timeout) says nothing of a step's cost
             if self.pace is None:
-                self.unpaced.append((r.measure_seconds, len(plans), warmup, steps))
+                self.calibration = (r.measure_seconds, len(plans), len(plans) * (warmup + steps))
             else:
                 setup = len(plans) * self.pace.plan_setup_seconds  # counted apart: what is left is stepping
                 self.pace.record(max(0.0, r.measure_seconds - setup), len(plans), steps, warmup=warmup)
