@@ -63,7 +63,11 @@ What this model leaves out
 - Compute slowed down by communication contending for the same cores or memory bandwidth
   (on a CPU host, gloo's threads share the ranks' cores), and, unless the profile was measured
   beside copies of itself, by the other ranks' compute on the same host; other tenants.
-- Mixed precision: weights, gradients and buckets are taken in the parameters' own dtype.
+- Mixed precision, except for step time under two settings (``ScaleAssumptions``): 16-bit
+  gradient compression halves DDP's all-reduce bytes, and FSDP2's bf16 policy halves the
+  gathers and computes at the pace of a measured bf16-matmul step (a stand-in: FSDP2 casts
+  every parameter, that step only Linear and Conv weights). Memory takes weights, gradients
+  and buckets in the parameters' own dtype.
 - Work a strategy does only at N > 1 besides the collectives themselves: FSDP2's copy-in and
   copy-out of every gathered and reduce-scattered buffer (on a CPU, on the ranks' own cores),
   DDP's copies into and out of its buckets. A world-size-1 run does not show them.
@@ -110,6 +114,9 @@ class StepProfile:
     """Peak memory of a steady step (weights, optimizer state, activations, gradients, temporaries)."""
     optimizer_state_bytes: int
     """Bytes of optimizer state at that peak (K * Psi; Adam/AdamW fp32: 8 Psi)."""
+    bf16_forward_backward_seconds: float | None = None
+    """Forward + backward with bf16 matmuls (``Plan(precision=BF16Params())``), where bf16 is native:
+    the compute FSDP2's bf16 ``MixedPrecisionPolicy`` is predicted at. None where not measured."""
 
     @property
     def compute_seconds(self) -> float:
@@ -173,6 +180,12 @@ class ScaleAssumptions:
     """FSDP2's flag: True, every unit (root included) is all-gathered again in backward."""
     prefetched_blocks: int = 2
     """FSDP2 blocks gathered at once at the peak: the one running and the one prefetched."""
+    compressed_gradients: bool = False
+    """DDP's fp16 or bf16 comm hook: every all-reduce carries 2 bytes per 4-byte gradient."""
+    bf16_compute: bool = False
+    """FSDP2's bf16 ``MixedPrecisionPolicy``: parameters gathered in bf16 (half the bytes), forward
+    and backward at the profile's bf16 pace, gradients reduced in fp32 (the full bytes). Step
+    time only: memory is predicted as for fp32 parameters."""
 
     def __post_init__(self) -> None:
         if self.bucket_cap_bytes <= 0 or self.prefetched_blocks < 0:
@@ -213,18 +226,20 @@ def comm_calls(strategy: Strategy, shape: ModelShape, cfg: ScaleAssumptions) -> 
     """The collectives one optimizer step of ``strategy`` issues, with their overlap windows."""
     if strategy in ("ddp", "zero1"):
         buckets = ddp_buckets(shape.tensor_bytes, cfg.bucket_cap_bytes)
-        calls = [CommCall("all_reduce", b, "backward" if i < len(buckets) - 1 else "none")
+        wire = 2 if cfg.compressed_gradients else 1  # 16-bit on the wire: half the bytes
+        calls = [CommCall("all_reduce", b // wire, "backward" if i < len(buckets) - 1 else "none")
                  for i, b in enumerate(buckets)]
         if strategy == "zero1":
             calls += [CommCall("broadcast", b, "none") for b in shape.tensor_bytes]
         return calls
     if strategy == "fsdp2":
         hidden: Window = "forward_backward"
-        calls = [CommCall("all_gather", shape.root_bytes, "none")]
-        calls += [CommCall("all_gather", b, hidden) for b in shape.block_bytes]
+        gather = 2 if cfg.bf16_compute else 1  # bf16 parameters: half the bytes gathered
+        calls = [CommCall("all_gather", shape.root_bytes // gather, "none")]
+        calls += [CommCall("all_gather", b // gather, hidden) for b in shape.block_bytes]
         if cfg.reshard_after_forward:
-            calls.append(CommCall("all_gather", shape.root_bytes, "none"))
-            calls += [CommCall("all_gather", b, hidden) for b in shape.block_bytes]
+            calls.append(CommCall("all_gather", shape.root_bytes // gather, "none"))
+            calls += [CommCall("all_gather", b // gather, hidden) for b in shape.block_bytes]
         calls += [CommCall("reduce_scatter", b, hidden) for b in shape.block_bytes]
         calls.append(CommCall("reduce_scatter", shape.root_bytes, "none"))
         return calls
@@ -260,10 +275,9 @@ def predict_step(strategy: Strategy, ranks: int, *, profile: StepProfile, shape:
     """Step seconds of ``strategy`` at ``ranks`` ranks (see the module docstring for the model)."""
     _check_ranks(ranks)
     sharded_optimizer = strategy in ("zero1", "fsdp2")
-    compute = (profile.forward_seconds + profile.backward_seconds
-               + profile.optimizer_seconds / (ranks if sharded_optimizer else 1))
-    windows = {"backward": profile.backward_seconds,
-               "forward_backward": profile.forward_seconds + profile.backward_seconds}
+    forward, backward = _forward_backward(strategy, profile, cfg)
+    compute = forward + backward + profile.optimizer_seconds / (ranks if sharded_optimizer else 1)
+    windows = {"backward": backward, "forward_backward": forward + backward}
     exposed, hideable = 0.0, dict.fromkeys(windows, 0.0)
     for call in comm_calls(strategy, shape, cfg):
         seconds = collective_seconds(call.collective, ranks=ranks, nbytes=call.nbytes, link=link)
@@ -278,6 +292,19 @@ def predict_step(strategy: Strategy, ranks: int, *, profile: StepProfile, shape:
     return StepPrediction(compute_seconds=compute, exposed_comm_seconds=exposed,
                           hideable_comm_seconds=total_hideable, full_overlap_seconds=full,
                           no_overlap_seconds=none, predicted_seconds=full if cfg.overlap else none)
+
+
+def _forward_backward(strategy: Strategy, profile: StepProfile, cfg: ScaleAssumptions) -> tuple[float, float]:
+    """Forward and backward seconds: the profile's, or under FSDP2's bf16 compute its bf16 pace
+    (split between them as the fp32 step splits)."""
+    if not (cfg.bf16_compute and strategy == "fsdp2"):
+        return profile.forward_seconds, profile.backward_seconds
+    if profile.bf16_forward_backward_seconds is None:
+        raise ValueError("bf16 compute needs the profile's bf16_forward_backward_seconds, and it was not measured.\n"
+                         "Tip: harness.scale_inputs measures it on devices with native bf16.")
+    fp32 = profile.forward_seconds + profile.backward_seconds
+    scale = profile.bf16_forward_backward_seconds / fp32 if fp32 > 0 else 1.0
+    return profile.forward_seconds * scale, profile.backward_seconds * scale
 
 
 @dataclass(frozen=True, kw_only=True)
