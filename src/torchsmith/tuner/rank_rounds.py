@@ -53,6 +53,12 @@ class RankRounds:
     calibration: tuple[float, int, int] | None = None
     """``(seconds, plans, plan_steps)`` of the round measured before the pace existed (the A/A)."""
 
+    @property
+    def comm_overlaps(self) -> bool:
+        """Whether communication can run under compute here (``scale_model.ScaleAssumptions.overlap``):
+        NCCL on GPUs can; gloo on a CPU whose cores the ranks' threads fill cannot."""
+        return self.device.type == "cuda"
+
     def attach(self, pace: Pace) -> None:
         """Time every later round against ``pace``, and give it what each plan costs in a job beyond its steps.
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from torchsmith.distributed.alpha_beta import CollectiveSample, fit_links, links_of, parse_interconnect
+from torchsmith.distributed.alpha_beta import CollectiveSample, Links, fit_links, links_of, parse_interconnect
 from torchsmith.distributed.scale_model import (
     STRATEGIES,
     ModelShape,
@@ -44,9 +44,7 @@ def scale_rows(inputs: Mapping[str, Any], *, nproc: int, measured: Mapping[Strat
                interconnect: str = DEFAULT_INTERCONNECT, overlap: bool = False) -> list[ScaleRow]:
     """Rows at ``nproc`` (predicted over the fitted links, measured where ``measured`` has the strategy),
     then at each of ``TABLE_RANKS`` over ``interconnect``. ``overlap``: see ``ScaleAssumptions``."""
-    profile = StepProfile(**inputs["profile"])
-    shape = ModelShape(tensor_bytes=tuple(inputs["tensor_bytes"]), block_bytes=tuple(inputs["block_bytes"]))
-    here = links_of(fit_links([CollectiveSample(**s) for s in inputs["samples"]]))
+    profile, shape, here = scale_parts(inputs)
     assumed = parse_interconnect(interconnect)
     cfg = ScaleAssumptions(overlap=overlap)
     rows = []
@@ -57,6 +55,13 @@ def scale_rows(inputs: Mapping[str, Any], *, nproc: int, measured: Mapping[Strat
     rows += [predict(s, n, profile=profile, shape=shape, link=assumed, cfg=cfg).row()
              for n in TABLE_RANKS if n != nproc for s in STRATEGIES]
     return rows
+
+
+def scale_parts(inputs: Mapping[str, Any]) -> tuple[StepProfile, ModelShape, Links]:
+    """The profile, the model's shape and the links fitted to the collectives, from ``harness.scale_inputs``."""
+    profile = StepProfile(**inputs["profile"])
+    shape = ModelShape(tensor_bytes=tuple(inputs["tensor_bytes"]), block_bytes=tuple(inputs["block_bytes"]))
+    return profile, shape, links_of(fit_links([CollectiveSample(**s) for s in inputs["samples"]]))
 
 
 def measured_by_strategy(candidates: list[Candidate]) -> dict[Strategy, tuple[float | None, int | None]]:

@@ -70,6 +70,7 @@ from torchsmith.tuner.rank_rounds import RankRounds, round_failed
 from torchsmith.tuner.result import Candidate, TuneResult
 from torchsmith.tuner.rounds import Round, Rounds
 from torchsmith.tuner.scale_rows import DEFAULT_INTERCONNECT, describe_interconnect, measured_by_strategy, scale_rows
+from torchsmith.tuner.strategy_order import by_prediction
 from torchsmith.workload import Workload
 
 logger = logging.getLogger(__name__)
@@ -209,6 +210,9 @@ class _Search:
                        else "trades speed for memory; pass --memory-limit to search it")
             return
         moves = _new_moves(dim, self.best)
+        if dim.plan_field == "parallel" and self.ranks is not None and self.ranks.scale_inputs is not None:
+            moves = by_prediction(moves, self.ranks.scale_inputs, nproc=self.ranks.nproc,
+                                  overlap=self.ranks.comm_overlaps)  # what the budget leaves out: the slowest
         moves, steps = self._affordable_moves(dim, moves)
         if not moves:
             self._skip(dim, f"budget: {self.pace.left():.0f} s left, less than one candidate and the final "
@@ -348,7 +352,9 @@ class _Search:
             steps = self.pace.steps_that_fit(plans, dim.setup_seconds * count)
             if steps is not None:
                 if count < len(moves):
-                    self.skipped.append((dim.name, f"budget: measured {count} of its {len(moves)} candidates"))
+                    left = ", ".join(Plan().replace(**m).describe() for m in moves[count:])
+                    self.skipped.append((dim.name, f"budget: measured {count} of its {len(moves)} candidates; "
+                                                   f"not measured: {left}"))
                 return moves[:count], steps
         return [], 0
 
@@ -491,9 +497,8 @@ def _add_scale(result: TuneResult, ranks: RankRounds, interconnect: str) -> None
     if ranks.scale_inputs is None:
         return
     result.interconnect = interconnect
-    # Gloo on a CPU whose cores the ranks' threads fill cannot overlap (scale_model.ScaleAssumptions).
     result.scale = scale_rows(ranks.scale_inputs, nproc=ranks.nproc, measured=measured_by_strategy(result.candidates),
-                              interconnect=interconnect, overlap=ranks.device.type == "cuda")
+                              interconnect=interconnect, overlap=ranks.comm_overlaps)
 
 
 def _dimensions(dev: torch.device, knobs: Sequence[str] | None, nproc: int = 1) -> list[Dimension]:
