@@ -164,6 +164,37 @@ def test_the_fastest_candidate_wins_not_the_first_to_clear_the_margin():
     assert all(c.speedup > 1.2 for c in beaten)
 
 
+def _one_candidate_per_job(monkeypatch, jobs: int) -> None:
+    """A budget that affords one candidate per job, for ``jobs`` jobs of the knob, then none."""
+    from torchsmith.tuner.search import _Search
+
+    real, calls = _Search._affordable_moves, []
+
+    def affordable(self, moves, setup_seconds):
+        calls.append(moves)
+        batch, steps = real(self, moves, setup_seconds)
+        return (batch[:1], steps) if len(calls) <= jobs else ([], 0)
+
+    monkeypatch.setattr(_Search, "_affordable_moves", affordable)
+
+
+def test_candidates_one_job_could_not_afford_are_measured_in_the_next_beside_its_winner(monkeypatch):
+    _one_candidate_per_job(monkeypatch, jobs=2)
+    times = {"foreach": 0.79, "fused": 0.5}
+    result = tune("mlp", budget="10m", knobs=["optimizer"],
+                  clock=stub_clock(lambda p: times.get(p.optimizer.impl, 1.0)))
+    assert result.plan.optimizer.impl == "fused"  # measured second, beside foreach (the first job's winner)
+    assert {c.plan.optimizer.impl for c in result.candidates if c.knob == "optimizer"} == {"foreach", "fused"}
+    assert not any("budget" in why for _, why in result.skipped)
+
+
+def test_candidates_no_job_could_afford_are_named(monkeypatch):
+    _one_candidate_per_job(monkeypatch, jobs=1)
+    result = tune("mlp", budget="10m", knobs=["optimizer"], clock=stub_clock(lambda p: 1.0))
+    why = "budget: measured 1 of its 2 candidates; not measured: optimizer.impl=fused"
+    assert result.skipped == [("optimizer", why)]
+
+
 @pytest.mark.slow
 def test_second_look_tries_a_close_call_on_top_of_the_final_plan(native_bf16):
     from torchsmith.plan import BF16Params

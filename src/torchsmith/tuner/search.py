@@ -213,12 +213,27 @@ class _Search:
         if dim.plan_field == "parallel" and self.ranks is not None and self.ranks.scale_inputs is not None:
             moves = by_prediction(moves, self.ranks.scale_inputs, nproc=self.ranks.nproc,
                                   overlap=self.ranks.comm_overlaps)  # what the budget leaves out: the slowest
-        moves, steps = self._affordable_moves(dim, moves)
-        if not moves:
+        # As many candidates per job as the budget allows, then, while time is left (a job can cost less
+        # than the pace expected), the next ones in another job, measured beside the best plan by then.
+        total, measured = len(moves), 0
+        while moves:
+            batch, steps = self._affordable_moves(moves, dim.setup_seconds)
+            if not batch:
+                break
+            self._walk_batch(dim, batch, steps)
+            measured += len(batch)
+            moves = [m for m in moves[len(batch):] if self.best.replace(**m) != self.best]
+        if not measured:
             self._skip(dim, f"budget: {self.pace.left():.0f} s left, less than one candidate and the final "
                             f"proof need (~{self.pace.estimate(3, MIN_STEPS, dim.setup_seconds):.0f} s "
                             f"+ ~{self.pace.proof_reserve():.0f} s)")
-            return
+        elif moves:
+            left = ", ".join(Plan().replace(**m).describe() for m in moves)
+            self.skipped.append((dim.name, f"budget: measured {measured} of its {total} candidates; "
+                                           f"not measured: {left}"))
+
+    def _walk_batch(self, dim: Dimension, moves: list[dict[str, Any]], steps: int) -> None:
+        """Measure ``moves`` beside the best plan in one job; keep the winner, if any."""
         self.report(dim.name)
         plans = self._beside_best([self.best.replace(**m) for m in moves])
         ms = self._measure(plans, steps, dim.name)
@@ -344,17 +359,14 @@ class _Search:
 
     # --- helpers ------------------------------------------------------------------------
 
-    def _affordable_moves(self, dim: Dimension, moves: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    def _affordable_moves(self, moves: list[dict[str, Any]],
+                          setup_seconds: float) -> tuple[list[dict[str, Any]], int]:
         """As many of ``moves`` as the budget allows, in their order, and the steps each gets: a knob
         is never skipped whole while one candidate still fits."""
         for count in range(len(moves), 0, -1):
             plans = len(self._beside_best([Plan()] * count))
-            steps = self.pace.steps_that_fit(plans, dim.setup_seconds * count)
+            steps = self.pace.steps_that_fit(plans, setup_seconds * count)
             if steps is not None:
-                if count < len(moves):
-                    left = ", ".join(Plan().replace(**m).describe() for m in moves[count:])
-                    self.skipped.append((dim.name, f"budget: measured {count} of its {len(moves)} candidates; "
-                                                   f"not measured: {left}"))
                 return moves[:count], steps
         return [], 0
 
