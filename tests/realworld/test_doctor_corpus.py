@@ -48,6 +48,10 @@ AS_WRITTEN = {"plain_loop": ["--foreach"], "hf_trainer": ["--small"]}
 implementation to the tuner's knob unless told, and a per-tensor AdamW is a finding. hf_trainer runs
 its small size: at the default size the planted AdamW(foreach=False) is 3-4% of the step, below the
 rule's 5% (too little for foreach to be worth a finding), at the small size 15-19%."""
+TRUE_OF_THE_SIZE = {"hf_trainer": "many-small-ops"}
+"""A finding that is true of the size AS_WRITTEN picks, not a fault of the script: hf_trainer's small
+GPT-2 (width 32) runs ~300 operators a step at a median of 1.6-1.9 µs, and those under the small-op
+threshold took 48-55% of forward+backward in 4 runs here, either side of the rule's 50%."""
 
 
 def _env() -> dict[str, str]:
@@ -83,7 +87,8 @@ def _check_shares(report) -> None:
 def test_clean_version_has_plausible_phases_and_no_finding(name):
     report = _doctor(name, planted=False)
     _check_shares(report)
-    findings = [f for f in report.findings if not _idle_cores_of_this_test(f)]
+    findings = [f for f in report.findings
+                if not _idle_cores_of_this_test(f) and f.rule != TRUE_OF_THE_SIZE.get(name)]
     assert findings == [], [(f.rule, f.evidence) for f in findings]
     a = report.analysis
     if name == "lightning_cnn":  # forward and backward run inside optimizer.step(closure)

@@ -166,16 +166,16 @@ def test_the_fastest_candidate_wins_not_the_first_to_clear_the_margin():
 
 def _one_candidate_per_job(monkeypatch, jobs: int) -> None:
     """A budget that affords one candidate per job, for ``jobs`` jobs of the knob, then none."""
-    from torchsmith.tuner.search import _Search
+    from torchsmith.tuner.pace import Pace
 
-    real, calls = _Search._affordable_moves, []
+    real, calls = Pace.most_that_fit, []
 
-    def affordable(self, moves, setup_seconds):
-        calls.append(moves)
-        batch, steps = real(self, moves, setup_seconds)
-        return (batch[:1], steps) if len(calls) <= jobs else ([], 0)
+    def most_that_fit(self, candidates, beside, setup_seconds=0.0):
+        calls.append(candidates)
+        count, steps = real(self, candidates, beside, setup_seconds)
+        return (min(count, 1), steps) if len(calls) <= jobs else (0, 0)
 
-    monkeypatch.setattr(_Search, "_affordable_moves", affordable)
+    monkeypatch.setattr(Pace, "most_that_fit", most_that_fit)
 
 
 def test_candidates_one_job_could_not_afford_are_measured_in_the_next_beside_its_winner(monkeypatch):

@@ -19,6 +19,7 @@ Modules:
     scale_rows    the scale rows of a search on ranks: each strategy predicted at N, 8, 64 and 512 ranks
     rounds        a candidate's evidence: every round it was measured in, pooled, one burst dropped
     script        tune_script / verify_script: the measured search on an unmodified script (a subpackage)
+    strategy_order by_prediction: the strategies measured fastest predicted first, so a budget cut drops the slowest
     search        search: the greedy, measured search for the fastest plan that keeps the loss
     verify        verify: an independent A/B of a plan against the workload as written
 """

@@ -101,3 +101,13 @@ class Pace:
             if self.affordable(self.estimate(plans, steps, setup_seconds)):
                 return steps
         return None
+
+    def most_that_fit(self, candidates: int, beside: int, setup_seconds: float = 0.0) -> tuple[int, int]:
+        """The most of ``candidates`` plans (each with ``setup_seconds`` of one-off cost) that one
+        measurement beside ``beside`` other plans can take, and the timed steps each gets; (0, 0)
+        when not even one fits."""
+        for count in range(candidates, 0, -1):
+            steps = self.steps_that_fit(beside + count, setup_seconds * count)
+            if steps is not None:
+                return count, steps
+        return 0, 0

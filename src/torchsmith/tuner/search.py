@@ -217,9 +217,11 @@ class _Search:
         # than the pace expected), the next ones in another job, measured beside the best plan by then.
         total, measured = len(moves), 0
         while moves:
-            batch, steps = self._affordable_moves(moves, dim.setup_seconds)
-            if not batch:
+            # A knob is never skipped whole while one candidate still fits.
+            count, steps = self.pace.most_that_fit(len(moves), len(self._beside_best([])), dim.setup_seconds)
+            if not count:
                 break
+            batch = moves[:count]
             self._walk_batch(dim, batch, steps)
             measured += len(batch)
             moves = [m for m in moves[len(batch):] if self.best.replace(**m) != self.best]
@@ -358,17 +360,6 @@ class _Search:
             best_step_times=proof.best_step_times, ranks=self.ranks.nproc if self.ranks else 1)
 
     # --- helpers ------------------------------------------------------------------------
-
-    def _affordable_moves(self, moves: list[dict[str, Any]],
-                          setup_seconds: float) -> tuple[list[dict[str, Any]], int]:
-        """As many of ``moves`` as the budget allows, in their order, and the steps each gets: a knob
-        is never skipped whole while one candidate still fits."""
-        for count in range(len(moves), 0, -1):
-            plans = len(self._beside_best([Plan()] * count))
-            steps = self.pace.steps_that_fit(plans, setup_seconds * count)
-            if steps is not None:
-                return moves[:count], steps
-        return [], 0
 
     def _settle(self, dim: Dimension, plans: list[Plan], measured: list[PlanMeasurement], base_m: PlanMeasurement,
                 current: PlanMeasurement, steps: int) -> list[Rounds | None]:

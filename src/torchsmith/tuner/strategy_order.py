@@ -1,7 +1,7 @@
 """The order a tune on ranks measures the strategy knob's candidates in: the fastest predicted first.
 
 Under ``--nproc-per-node`` a budget often affords only the first few of the strategy knob's
-candidates (``_Search._affordable_moves`` keeps them in order). Their written order puts DDP's
+candidates (``Pace.most_that_fit`` takes them in order). Their written order puts DDP's
 settings first and FSDP2 last, so a short tune never reached FSDP2 with bf16 compute, the one
 candidate that was a win on gpt-mini (1.17-1.25x the grid's best, docs/scaling.md). So the
 candidates are measured in the order the scale model predicts their step at these ranks, from
