@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
-from pathlib import Path
 
+from scale_fixtures import synthetic_scale_inputs
 from torchsmith.measure.fingerprint import machine_fingerprint
 from torchsmith.plan import Plan, Zero1
 from torchsmith.report.tune_html import render_tune_html
 from torchsmith.tuner import GuardConfig
 from torchsmith.tuner.result import Candidate, TuneResult
 from torchsmith.tuner.scale_rows import scale_rows
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "tuner"))
-from test_scale_rows import _inputs  # noqa: E402  (the synthetic scale inputs)
 
 
 def _one_rank_result() -> TuneResult:
@@ -31,7 +27,8 @@ def test_a_report_on_two_ranks_shows_the_strategies_and_the_scaling_curves():
     assert "Strategies side by side" not in render_tune_html(r)  # one process: nothing about ranks
     zero1 = Candidate(Plan(parallel=Zero1()), "parallel", "slower", 0.08, 0.62, 3 * 2**20, 0.6, 0.0, 0.0, None,
                       change="parallel=zero1")
-    rows = scale_rows(_inputs(), nproc=2, measured={"ddp": (0.05, 5 * 2**20), "zero1": (0.08, 3 * 2**20)})
+    measured = {"ddp": (0.05, 5 * 2**20), "zero1": (0.08, 3 * 2**20)}
+    rows = scale_rows(synthetic_scale_inputs(), nproc=2, measured=measured)
     on_ranks = dataclasses.replace(r, ranks=2, scale=rows, interconnect="100Gbps,5us",
                                    candidates=[*r.candidates, zero1])
     page = render_tune_html(on_ranks)

@@ -4,21 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from torchsmith.distributed.alpha_beta import Link, collective_seconds
+from scale_fixtures import LINK, synthetic_scale_inputs
+from torchsmith.distributed.alpha_beta import collective_seconds
 from torchsmith.plan import FSDP2, Plan, Zero1
 from torchsmith.tuner.result import Candidate
 from torchsmith.tuner.scale_rows import TABLE_RANKS, measured_by_strategy, scale_rows
-
-LINK = Link(alpha_seconds=20e-6, beta_seconds_per_byte=1e-9)  # what the synthetic samples were made with
-
-
-def _inputs() -> dict:
-    samples = [{"ranks": 2, "collective": c, "nbytes": n,
-                "seconds": collective_seconds(c, ranks=2, nbytes=n, link=LINK)}
-               for c in ("all_reduce", "all_gather", "reduce_scatter", "broadcast") for n in (4096, 2**20, 2**24)]
-    return {"profile": {"forward_seconds": 0.01, "backward_seconds": 0.02, "optimizer_seconds": 0.004,
-                        "peak_bytes": 40 * 2**20, "optimizer_state_bytes": 16 * 2**20},
-            "tensor_bytes": [2**20] * 8, "block_bytes": [2 * 2**20] * 3, "samples": samples}
 
 
 def _candidate(plan: Plan, knob: str, step: float | None, peak: int | None) -> Candidate:
@@ -30,7 +20,7 @@ def test_rows_at_n_are_predicted_over_the_fitted_link_and_carry_what_the_search_
                                      _candidate(Plan(parallel=Zero1()), "parallel", 0.06, 45 * 2**20),
                                      _candidate(Plan(parallel=FSDP2()), "parallel", None, None)])  # failed
     assert set(measured) == {"ddp", "zero1"}
-    rows = scale_rows(_inputs(), nproc=2, measured=measured)
+    rows = scale_rows(synthetic_scale_inputs(), nproc=2, measured=measured)
     assert [(r.ranks, r.strategy) for r in rows[:3]] == [(2, "ddp"), (2, "zero1"), (2, "fsdp2")]
     assert rows[0].measured_step_seconds == 0.05 and rows[1].measured_peak_bytes == 45 * 2**20
     assert rows[2].measured_step_seconds is None
@@ -45,4 +35,4 @@ def test_rows_at_n_are_predicted_over_the_fitted_link_and_carry_what_the_search_
 
 def test_an_unreadable_interconnect_is_refused_with_its_format():
     with pytest.raises(ValueError, match="100Gbps"):
-        scale_rows(_inputs(), nproc=2, measured={}, interconnect="fast")
+        scale_rows(synthetic_scale_inputs(), nproc=2, measured={}, interconnect="fast")
