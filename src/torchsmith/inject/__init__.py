@@ -11,6 +11,7 @@ Modules:
     _site           sitecustomize.py, run first in the script's own process (a folder)
     env             the environment keys, the start-up directory, script_env and python_command
     plan_injection  :class:`PlanInjection`, applying a plan (and, when tuning, measuring a window)
+    gloo_exit       a torchrun worker's exit kept from gloo's teardown race (a 0.1 s settle)
     ddp             the plan's DDP knobs in the script's own DistributedDataParallel (and refusing other strategies)
     knobs           each knob applied from outside (optimizer, DataLoader, autocast, compile, checkpointing)
     outcome         :class:`KnobOutcome`, what the child did with each knob, as typed JSON

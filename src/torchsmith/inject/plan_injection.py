@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from torchsmith.inject import gloo_exit
 from torchsmith.inject.env import PLAN_ENV_KEY
 from torchsmith.inject.outcome import record
 
@@ -377,6 +378,7 @@ def install_from_env() -> PlanInjection | None:
     raw = os.environ.get(PLAN_ENV_KEY)
     if not raw:
         return None
+    gloo_exit.settle_at_exit()  # first, so it runs after every other exit handler
     data = json.loads(raw)
     if "plan_file" in data:  # `run --plan plan.json`: the file, read here
         data["plan"] = json.loads(Path(data.pop("plan_file")).read_text())

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from torchsmith.inject.env import DOCTOR_ENV_KEY
+from torchsmith.inject.gloo_exit import settle_at_exit
 from torchsmith.profile.capture import CaptureConfig, StepCapture
 
 
@@ -21,6 +22,7 @@ def install_from_env() -> StepCapture | None:
     spec = os.environ.get(DOCTOR_ENV_KEY)
     if not spec:
         return None
+    settle_at_exit()  # first, so it runs after every other exit handler (inject/gloo_exit.py)
     spec = json.loads(spec)
     out_dir = Path(spec["out_dir"])
     cfg = CaptureConfig(**spec["config"])
