@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from torchsmith.harness.compare import measure_plans
-from torchsmith.harness.rank_round import as_run_on_ranks, rank_round
+from torchsmith.harness.rank_round import MAX_RESTARTS, as_run_on_ranks, rank_round
 from torchsmith.plan import DDP, FSDP2, Plan, Single, Zero1
 from torchsmith.workload import load_workload
 
@@ -52,7 +52,9 @@ def test_a_rank_killed_under_one_plan_fails_that_plan_and_the_round_goes_on(monk
     monkeypatch.setenv("TS_KILL_UNDER_FSDP", "1")  # rank 1 SIGKILLs itself in any FSDP2 step, every attempt
     plans = [Plan(), Plan(parallel=FSDP2()), Plan(parallel=Zero1())]
     r = rank_round(SPEC, plans, nproc=2, warmup=1, steps=2, device="cpu", timeout_s=120)
-    assert r.error is None and r.restarts == 1, r.error
+    # Usually one restart. Two when torchrun stopped rank 0 before it wrote down the plan its killed
+    # peer died under: that attempt names no plan, and the next runs FSDP2 again (stop 46's CI).
+    assert r.error is None and 1 <= r.restarts <= MAX_RESTARTS, (r.error, r.restarts)
     base, fsdp2, zero1 = r.measurements
     assert base.ok and zero1.ok and zero1.loss_rel_diff < 1e-5
     assert not fsdp2.ok and fsdp2.error.startswith("rank 0:"), fsdp2.error  # rank 0 saw rank 1's connection go
