@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
 def test_killed_rank_x_tune_fails_the_candidate_and_the_search_goes_on(monkeypatch):
     # The optimizer's measured share of this tiny step (often 3-10%) can fall under the screen that
-    # drops a knob no free step could make a 1.03x win (it did in stop 45's CI): this test is about
+    # drops a knob no free step could make a 1.03x win (it did in a clean-clone CI run): this test is about
     # the killed rank, so the screen keeps every knob here.
     monkeypatch.setattr(script_search, "order_by_share", lambda dims, share: (dims, [], []))
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
