@@ -30,7 +30,7 @@ check: install
 # clean-clone .ci/runs on a slower one, and 13m42s (cold Inductor cache), 12m01s and 14m26s on an AVX2-only
 # EPYC whose test durations moved by 20% between the last two runs; on it again, 13m46s and 16m18s for the
 # same code 30 minutes apart, then 14m29s and 18m32s two hours apart, every test slower in the second).
-# On the AVX-512 (Zen 5) VM, four clean-clone .ci/runs of 896 tests: 8m17s to 9m15s, pytest 6m40s to 7m44s.
+# On the AVX-512 (Zen 5) VM, four clean-clone .ci/runs of 896 tests: 7m17s to 9m15s, pytest 6m40s to 7m44s.
 # It is bound by CPU (28 CPU-min in 14m26s), most of it child processes importing torch (2.2 s) and
 # torch._dynamo (2.2 s more: any optimizer's constructor imports it). TEST_WORKERS=1 runs it on one.
 test: check
