@@ -11,8 +11,9 @@ worker and answers by stopping the other ranks. The core of one such abort showe
 thread in ``~AsyncBarrierWork`` -> ``~ThreadLocalState`` -> ``gil_scoped_acquire`` while the
 main thread was in ``Py_FinalizeEx``.
 
-The tests' DDP tutorial script (``tests/scripts/ddp_loop.py``) aborted so in 5 of 60 two-rank
-runs on this VM, with or without a plan; with a 0.1 s sleep at exit, in 0 of 60. So every torchrun
+The tests' DDP tutorial script (``tests/scripts/ddp_loop.py``) aborted so in 4 of 40 two-rank
+runs as written, and in 0 of 40 under ``run --plan`` with this settle (``benchmarks/
+gloo_exit_aborts.py``, 95% intervals 4.0-23.1% and 0.0-8.8%). So every torchrun
 worker the injection reaches sleeps 0.1 s at exit, after the script's own exit handlers: the GIL is
 free while gloo's threads finish, and the process ends with the script's own exit status. It
 narrows the race, it cannot close it (a thread not scheduled within 0.1 s still loses it).
