@@ -120,3 +120,25 @@ def test_a_config_whose_pairs_cannot_decide_is_refused_with_a_tip():
 
     with pytest.raises(ValueError, match=r"min_pairs <= max_pairs and proof_max_pairs[\s\S]*Tip: --pairs N"):
         ScriptTuneConfig(min_pairs=3, proof_max_pairs=2)
+
+
+def test_the_proof_is_decided_on_an_interval_floored_by_the_tunes_own_noise(monkeypatch):
+    """The proof's interval is pooled with the A/A run's and every candidate's noise
+    (``intervals.noise_floored``), and that floored interval is what decides and is claimed."""
+    from torchsmith.measure import intervals
+    from torchsmith.tuner.script import ScriptTuneConfig, tune_script
+
+    seen = []
+
+    def spy(iv, noise):
+        seen.append((iv, list(noise), intervals.noise_floored(iv, noise)))
+        return seen[-1][2]
+
+    monkeypatch.setattr("torchsmith.tuner.script.search.noise_floored", spy)
+    _clocked_runs(monkeypatch, speedup=1.6, noise=0.05, seed=0)
+    r = tune_script(["train.py"], ScriptTuneConfig(budget_seconds=60, knobs=("optimizer",), min_window_seconds=0.0))
+    assert len(seen) == 1 and r.decided_by is seen[0][2]
+    raw, noise, floored = seen[0]
+    assert noise[0] == (r.noise.per_pair_spread(), r.noise.pairs)  # the A/A run first, then the candidates
+    assert len(noise) == 1 + sum(c.interval is not None for c in r.candidates if c.knob != "best")
+    assert floored.low <= raw.low and floored.high >= raw.high

@@ -49,6 +49,8 @@ from torchsmith.measure.intervals import (
     NoiseCalibration,
     SpeedupInterval,
     calibrate,
+    implied_log_sd,
+    noise_floored,
     remeasurement_interval,
 )
 from torchsmith.measure.load import busy_note, load_per_core
@@ -412,7 +414,7 @@ class _ScriptSearch:
                 stop=lambda r: self._guard_rejection(r) is not None, reference_label="proof: baseline")
             # The decision is on the 95% interval of the true ratio (as the adaptive pairs were); the claim
             # printed is wider: where a re-measurement of as many pairs lands.
-            measured = out.interval()
+            measured = self._floored(out.interval())
             interval = remeasurement_interval(measured) if measured is not None else None
             base_times = [r.step_seconds or 0.0 for r in out.reference] or base_times
             base_steps = [t for r in out.reference for t in r.step_times] or base_steps
@@ -443,6 +445,15 @@ class _ScriptSearch:
             baseline_step_times=base_steps, best_step_times=best_steps if best != Plan() else [],
         )
 
+
+    def _floored(self, measured: SpeedupInterval | None) -> SpeedupInterval | None:
+        """The proof's interval, no narrower than the noise of every experiment this tune ran
+        (the A/A run and each candidate's pairs): a few pairs that agree by luck claim nothing more."""
+        if measured is None or self.noise is None:
+            return measured
+        noise = [(self.noise.per_pair_spread(), self.noise.pairs)]
+        noise += [(implied_log_sd(c.interval), c.interval.pairs) for c in self.candidates if c.interval is not None]
+        return noise_floored(measured, noise)
 
     def _proof_failure(self, out: PairedComparison) -> str:
         if out.stopped_by is not None:
