@@ -108,10 +108,12 @@ class DistCheckpointer:
         self.finish()  # one save in flight at most: commit the previous one first
         path = step_dir(self.root, step)
         if dist.get_rank() == 0:
-            # Leftovers of an interrupted save of this step are cleared before anyone writes:
-            # the other ranks write only after dcp.save's first collective, which rank 0 joins after this.
+            # Leftovers of an interrupted save of this step are cleared before anyone writes.
             shutil.rmtree(path, ignore_errors=True)
             path.mkdir(parents=True)
+        # Every rank waits for that: dcp.save's writer creates the directory on each rank before its
+        # first collective, and once raced rank 0's mkdir here (FileExistsError in CI).
+        dist.barrier()
         tensors, optim_plain = _split(_state_dict(parts))
         extras = {**extras, "step": step, "optim_plain": optim_plain}
         if self.async_save:
