@@ -164,8 +164,12 @@ def implied_log_sd(iv: SpeedupInterval) -> float:
     made the interval wider than the t interval)."""
     if not iv.bounded or iv.low <= 0:
         return math.inf
-    t = t_quantile(1 - (1 - iv.confidence) / 2, iv.pairs - 1)
-    return (math.log(iv.high) - math.log(iv.low)) / 2 * math.sqrt(iv.pairs) / t
+    return _log_sd((math.log(iv.high) - math.log(iv.low)) / 2, iv.pairs, iv.confidence)
+
+
+def _log_sd(log_half_width: float, pairs: int, confidence: float) -> float:
+    """The per-pair sd of the log-ratio behind a t interval of ``log_half_width`` over ``pairs`` pairs."""
+    return log_half_width * math.sqrt(pairs) / t_quantile(1 - (1 - confidence) / 2, pairs - 1)
 
 
 def noise_floored(iv: SpeedupInterval, noise: Sequence[tuple[float, int]]) -> SpeedupInterval:
@@ -225,8 +229,7 @@ class NoiseCalibration:
         """The standard deviation of one pair's log-ratio that the A/A interval implies."""
         if self.pairs < 2 or not math.isfinite(self.spread):
             return math.inf
-        t = t_quantile(1 - (1 - self.confidence) / 2, self.pairs - 1)
-        return math.log1p(self.spread) * math.sqrt(self.pairs) / t
+        return _log_sd(math.log1p(self.spread), self.pairs, self.confidence)
 
     def low_end(self, effect: float, pairs: int) -> float:
         """Where the interval's low end is expected to sit for a true speedup ``effect`` over ``pairs`` pairs."""
