@@ -229,6 +229,28 @@ def test_calibrate_reads_the_spread_of_an_a_a_run() -> None:
     assert "runs differ by ±" in loud.describe() and "need more than 10 pairs" in loud.describe()
 
 
+def test_the_noise_printed_is_the_machines_not_the_pair_counts() -> None:
+    """A pair's log-ratio has sd 0.1 * sqrt(2) here, so two runs side by side differ by +-32%, 95 times in
+    100. The A/A interval's half-width (``spread``) shrinks from 3 pairs to 40; ``pair_range`` does not."""
+    truth = math.expm1(1.96 * 0.1 * math.sqrt(2))
+    def medians(pairs: int) -> tuple[float, float]:
+        cals = [calibrate(*noisy_pairs(1.0, pairs, seed=s, noise=0.1)) for s in range(200)]
+        return float(np.median([c.spread for c in cals])), float(np.median([c.pair_range() for c in cals]))
+    (few_spread, few_range), (many_spread, many_range) = medians(3), medians(40)
+    assert few_spread > 4 * many_spread  # the old figure: the pair count's, not the machine's
+    assert many_range == pytest.approx(truth, rel=0.1)
+    assert few_range == pytest.approx(truth, rel=0.3)
+
+
+def test_pooled_noise_weights_each_experiment_by_its_degrees_of_freedom() -> None:
+    pooled = NoiseCalibration.pooled([(0.1, 3), (0.2, 5), (math.inf, 4), (0.5, 1)])  # the last two say nothing
+    assert pooled.pairs == 2 + 4 + 1
+    assert pooled.per_pair_spread() == pytest.approx(math.sqrt((2 * 0.01 + 4 * 0.04) / 6))
+    a_a = calibrate(*noisy_pairs(1.0, 8, seed=3, noise=0.1))
+    assert NoiseCalibration.pooled([(a_a.per_pair_spread(), 8)]).spread == pytest.approx(a_a.spread)
+    assert not math.isfinite(NoiseCalibration.pooled([(0.1, 1)]).per_pair_spread())
+
+
 def test_calibrating_on_constant_times_says_there_is_no_noise() -> None:
     cal = calibrate([1.0] * 3, [1.0] * 3)
     assert cal.spread == 0.0

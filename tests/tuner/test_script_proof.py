@@ -142,3 +142,7 @@ def test_the_proof_is_decided_on_an_interval_floored_by_the_tunes_own_noise(monk
     assert noise[0] == (r.noise.per_pair_spread(), r.noise.pairs)  # the A/A run first, then the candidates
     assert len(noise) == 1 + sum(c.interval is not None for c in r.candidates if c.knob != "best")
     assert floored.low <= raw.low and floored.high >= raw.high
+    # The noise the result states at the end pools the same experiments and the proof's own pairs.
+    from torchsmith.measure.intervals import NoiseCalibration, implied_log_sd
+    assert r.pooled_noise == NoiseCalibration.pooled([*noise, (implied_log_sd(raw), raw.pairs)])
+    assert r.pooled_noise.pairs > r.noise.pairs

@@ -29,7 +29,8 @@ def test_the_json_of_a_win_states_its_interval_and_every_candidate():
     fused = next(c for c in data["candidates"] if c["value"] == "optimizer.impl=fused")
     assert fused["status"] == "accepted" and fused["ratio"] == pytest.approx(2.0)
     assert fused["interval"]["low"] == pytest.approx(2.0) and fused["interval"]["pairs"] > 0
-    assert data["noise"]["spread"] == 0.0 and data["noise"]["pairs"] == 5
+    assert data["noise"]["spread"] == 0.0 and data["noise"]["pair_range"] == 0.0 and data["noise"]["pairs"] == 5
+    assert data["pooled_noise"] is None  # the workload tuner's A/A has pairs enough: only scripts pool
 
 
 def test_the_json_of_an_unchanged_workload_says_as_written_with_speedup_exactly_one():

@@ -8,10 +8,13 @@ The same shape for a workload and a script (``ScriptTuneResult`` is a ``TuneResu
      "tuned": {"step_seconds": 0.0087, "peak_bytes": 1048576},
      "candidates": [{"knob": "optimizer", "value": "optimizer.impl=fused", "status": "accepted",
                      "ratio": 1.41, "interval": {...}}, ...],
-     "noise": {"spread": 0.04, "pairs": 4, "confidence": 0.95, "pairs_for_1.10x": 6},
+     "noise": {"pair_range": 0.09, "spread": 0.04, "pairs": 4, "confidence": 0.95, "pairs_for_1.10x": 6},
+     "pooled_noise": null,
      "notes": [...]}
 
-``as_written`` is true when the plan hands back the workload or script unchanged; ``speedup`` is
+``noise`` is the A/A run's: ``pair_range`` how far two runs side by side differ (95%), ``spread`` the
+half-width of the A/A ratio's own interval. ``pooled_noise`` (scripts) is the same, pooled over every
+experiment of the tune. ``as_written`` is true when the plan hands back the workload or script unchanged; ``speedup`` is
 then exactly 1 with no pairs (the plan *is* the baseline). An interval with one pair has
 ``high: null`` (unbounded; JSON has no infinity).
 """
@@ -44,6 +47,7 @@ def tune_json(r: TuneResult) -> dict[str, Any]:
         "scale": [row.to_json() for row in r.scale],
         "interconnect": r.interconnect,
         "noise": r.noise.to_json() if r.noise is not None else None,
+        "pooled_noise": r.pooled_noise.to_json() if r.pooled_noise is not None else None,
         "notes": list(r.notes),
     }
 

@@ -18,6 +18,9 @@ def render_script_tune(r, out_path: Path, out: Console = console) -> None:
     change and the side effects."""
     if r.noise is not None:
         out.print(f"[dim]noise (A/A, script as written against itself): {r.noise.describe()}[/]")
+    if r.pooled_noise is not None and r.pooled_noise.pairs > (r.noise.pairs if r.noise else 0):
+        out.print(f"[dim]noise over the whole tune (A/A, candidates and proof, pooled): "
+                  f"{r.pooled_noise.describe()}[/]")
     if r.speedup_interval is not None:
         out.print(f"proof against the script as written: [bold]{r.speedup_interval.describe()}[/] "
                   f"(fresh processes in alternating pairs, {r.window}-step windows)")
@@ -89,6 +92,9 @@ def _noise_section(r) -> str:
     """How sure the claims are: the A/A calibration and the proof's interval."""
     if r.noise is None:
         return ""
+    pooled = (f"<p>Pooled over every experiment of the tune (the A/A run, the candidates and the proof): "
+              f"{esc(r.pooled_noise.describe())}.</p>"
+              if r.pooled_noise is not None and r.pooled_noise.pairs > r.noise.pairs else "")
     proof = (f"<p>The plan against the script as written, in fresh process pairs: "
              f"<b>{esc(r.speedup_interval.describe())}</b>.</p>" if r.speedup_interval is not None else
              "<p>No plan cleared the margin against the script as written: it is returned as written.</p>")
@@ -96,7 +102,8 @@ def _noise_section(r) -> str:
         "<h2>Measurement noise</h2><p>Every ratio comes from pairs of fresh processes, one per plan, in "
         f"alternating order (B A, A B, ...), each measuring {r.window} steps. The script as written was first "
         f"measured against itself: {esc(r.noise.describe())}. A candidate is kept only when the low end of its "
-        "95% interval clears the margin; a close call gets more pairs, then is not distinguishable.</p>" + proof
+        "95% interval clears the margin; a close call gets more pairs, then is not distinguishable.</p>" + pooled
+        + proof
     )
 
 

@@ -96,6 +96,10 @@ class TuneResult:
     for the plan's matmul dtype (fp32 for the baseline, bf16 for a bf16 plan)."""
     noise: NoiseCalibration | None = None
     """The machine's own noise: the as-written plan against itself (A/A), measured first."""
+    pooled_noise: NoiseCalibration | None = None
+    """The noise pooled over every experiment of the tune (the A/A run, each candidate's pairs, the
+    proof): the steadier figure, from many more pairs than the A/A run's. Set by the script tuner,
+    whose A/A run is 3 pairs of processes; None where not computed."""
     speedup_interval: SpeedupInterval | None = None
     """The claim: where a re-measurement of ``speedup`` (``torchsmith verify``, fresh processes) lands 95
     times in 100; None when the plan is the as-written one."""

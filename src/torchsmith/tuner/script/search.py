@@ -395,7 +395,7 @@ class _ScriptSearch:
         """The best plan against the script as written, in fresh pairs: the claim and its interval."""
         assert self.first is not None and self.noise is not None
         first = self.first
-        best, best_c, interval, measured, best_run = self.best, None, None, None, None
+        best, best_c, interval, measured, proved, best_run = self.best, None, None, None, None, None
         base_times = [first.step_seconds or 0.0]
         base_steps, best_steps = list(first.step_times), []
         if best != Plan():
@@ -414,7 +414,8 @@ class _ScriptSearch:
                 stop=lambda r: self._guard_rejection(r) is not None, reference_label="proof: baseline")
             # The decision is on the 95% interval of the true ratio (as the adaptive pairs were); the claim
             # printed is wider: where a re-measurement of as many pairs lands.
-            measured = self._floored(out.interval())
+            proved = out.interval()
+            measured = self._floored(proved)
             interval = remeasurement_interval(measured) if measured is not None else None
             base_times = [r.step_seconds or 0.0 for r in out.reference] or base_times
             base_steps = [t for r in out.reference for t in r.step_times] or base_steps
@@ -441,7 +442,8 @@ class _ScriptSearch:
             warmup_steps=self.run_cfg.warmup, timed_steps=self.run_cfg.window, command=self.command,
             code_change=adoption_lines(best, best_run.applied if best_run else {}, first.facts),
             written_files=self.written, spread=self.spread, applied=best_run.applied if best_run else {},
-            noise=self.noise, speedup_interval=interval, decided_by=measured, window=self.run_cfg.window,
+            noise=self.noise, pooled_noise=NoiseCalibration.pooled(self._noise_parts(proved)),
+            speedup_interval=interval, decided_by=measured, window=self.run_cfg.window,
             baseline_step_times=base_steps, best_step_times=best_steps if best != Plan() else [],
         )
 
@@ -451,9 +453,14 @@ class _ScriptSearch:
         (the A/A run and each candidate's pairs): a few pairs that agree by luck claim nothing more."""
         if measured is None or self.noise is None:
             return measured
-        noise = [(self.noise.per_pair_spread(), self.noise.pairs)]
-        noise += [(implied_log_sd(c.interval), c.interval.pairs) for c in self.candidates if c.interval is not None]
-        return noise_floored(measured, noise)
+        return noise_floored(measured, self._noise_parts())
+
+    def _noise_parts(self, proof: SpeedupInterval | None = None) -> list[tuple[float, int]]:
+        """``(per-pair log sd, pairs)`` of every experiment of this tune: the A/A run, each candidate's
+        pairs and, when given, the proof's. Each is the same script's noise, with its own effect removed."""
+        parts = [(self.noise.per_pair_spread(), self.noise.pairs)] if self.noise is not None else []
+        shown = [c.interval for c in self.candidates if c.interval is not None] + ([proof] if proof else [])
+        return parts + [(implied_log_sd(iv), iv.pairs) for iv in shown]
 
     def _proof_failure(self, out: PairedComparison) -> str:
         if out.stopped_by is not None:
