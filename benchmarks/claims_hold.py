@@ -87,9 +87,16 @@ def _tried(tuned: dict) -> str:
     """One line of what tune measured, so a miss or an as-written result can be read afterwards."""
     parts = [f"{c['value']} {c['status']}" + (f" {describe(c['interval'])}" if c.get("interval") else "")
              for c in tuned["candidates"]]
-    noise = tuned.get("noise")
-    spread = f"; A/A +-{noise['spread']:.0%}" if noise and noise.get("spread") is not None else ""
-    return ("; ".join(parts) or "no candidate") + spread
+    return ("; ".join(parts) or "no candidate") + _noise(tuned.get("noise"), "A/A") + _noise(
+        tuned.get("pooled_noise"), "pooled")
+
+
+def _noise(noise: dict | None, label: str) -> str:
+    """'; A/A: a pair +-12% (A/A interval +-9%, 3 pairs)': how far two runs differ, and the old figure."""
+    if not noise or noise.get("pair_range") is None:
+        return ""
+    return (f"; {label}: a pair +-{noise['pair_range']:.0%} (interval +-{noise['spread']:.0%}, "
+            f"{noise['pairs']} pairs)")
 
 
 def _before_dash(args: list[str]) -> list[str]:
