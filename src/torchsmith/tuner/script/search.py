@@ -7,7 +7,7 @@ alternating process pairs (:mod:`~torchsmith.tuner.script.pairs`), and every rat
 interval over the pairs (:mod:`torchsmith.measure.intervals`).
 
 1. **Calibrate.** The script as written against itself (A/A) for ``calibration_pairs`` pairs: the
-   machine's noise ("runs differ by ±12% here; claims below 1.15x need ..."), a warning when it is
+   machine's noise ("runs differ by ±12% here (a pair's ratio, ...)"), a warning when it is
    too noisy to decide within ``max_pairs``, and the losses' reproducibility for the guard.
 2. **Walk.** Greedy over the knobs, like the workload tuner: each move is tried on top of the best
    plan so far, in pairs against that plan. It is kept only when its interval's low end clears
