@@ -88,7 +88,7 @@ def _tried(tuned: dict) -> str:
     parts = [f"{c['value']} {c['status']}" + (f" {describe(c['interval'])}" if c.get("interval") else "")
              for c in tuned["candidates"]]
     return ("; ".join(parts) or "no candidate") + _noise(tuned.get("noise"), "A/A") + _noise(
-        tuned.get("pooled_noise"), "pooled")
+        tuned.get("pooled_noise"), "pooled (pairs: of an A/A run as sure)")
 
 
 def _noise(noise: dict | None, label: str) -> str:

@@ -19,8 +19,8 @@ def render_script_tune(r, out_path: Path, out: Console = console) -> None:
     if r.noise is not None:
         out.print(f"[dim]noise (A/A, script as written against itself): {r.noise.describe()}[/]")
     if r.pooled_noise is not None and r.pooled_noise.pairs > (r.noise.pairs if r.noise else 0):
-        out.print(f"[dim]noise over the whole tune (A/A, candidates and proof, pooled): "
-                  f"{r.pooled_noise.describe()}[/]")
+        out.print(f"[dim]noise over the whole tune (A/A, candidates and proof, pooled; as sure as an A/A run of "
+                  f"{r.pooled_noise.pairs} pairs): {r.pooled_noise.describe()}[/]")
     if r.speedup_interval is not None:
         out.print(f"proof against the script as written: [bold]{r.speedup_interval.describe()}[/] "
                   f"(fresh processes in alternating pairs, {r.window}-step windows)")
@@ -92,8 +92,8 @@ def _noise_section(r) -> str:
     """How sure the claims are: the A/A calibration and the proof's interval."""
     if r.noise is None:
         return ""
-    pooled = (f"<p>Pooled over every experiment of the tune (the A/A run, the candidates and the proof): "
-              f"{esc(r.pooled_noise.describe())}.</p>"
+    pooled = (f"<p>Pooled over every experiment of the tune (the A/A run, the candidates and the proof; as "
+              f"sure as an A/A run of {r.pooled_noise.pairs} pairs): {esc(r.pooled_noise.describe())}.</p>"
               if r.pooled_noise is not None and r.pooled_noise.pairs > r.noise.pairs else "")
     proof = (f"<p>The plan against the script as written, in fresh process pairs: "
              f"<b>{esc(r.speedup_interval.describe())}</b>.</p>" if r.speedup_interval is not None else

@@ -447,7 +447,6 @@ class _ScriptSearch:
             baseline_step_times=base_steps, best_step_times=best_steps if best != Plan() else [],
         )
 
-
     def _floored(self, measured: SpeedupInterval | None) -> SpeedupInterval | None:
         """The proof's interval, no narrower than the noise of every experiment this tune ran
         (the A/A run and each candidate's pairs): a few pairs that agree by luck claim nothing more."""
