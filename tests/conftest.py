@@ -40,6 +40,17 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 from spawn_guard import pytest_configure, pytest_runtest_protocol, pytest_runtest_teardown  # noqa: E402, F401
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under `make test` (pytest-xdist's ``--dist loadgroup``), a module's tests that share a
+    module-scoped fixture run on one worker. Spread over two workers, each builds the fixture: the
+    45 s `tune` of tests/tuner/test_tune_script_cli.py ran twice, once per worker."""
+    for item in items:
+        fixtures = getattr(item, "_fixtureinfo", None)
+        if fixtures and any(defs[-1].scope == "module" for defs in fixtures.name2fixturedefs.values()):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))  # the file
+
+
 @pytest.fixture(autouse=True)
 def _torch_threads_restored():
     """Thread counts are process-wide: a test that sets them (a plan applied in-process, a probe)

@@ -287,9 +287,10 @@ class NoiseCalibration:
         differ by +-this. A property of the machine and the work, not of how many pairs measured it.
 
         The A/A interval's half-width (:attr:`spread`) is not: it shrinks as pairs are added. Printed
-        as the noise, it read +-34% from 3 pairs and +-5% from 40 for the same synthetic machine (a
-        pair's ratio within +-32%, 95 times in 100; medians of 400 simulated A/A runs); this read
-        +-26% and +-32%. From 3 pairs it is still a rough figure: 10% of those runs read under +-9%."""
+        as the noise, it read +-32% from 3 pairs and +-5% from 40 for the same synthetic machine (a
+        pair's ratio within +-32%, 95 times in 100; medians of 400 simulated A/A runs,
+        ``benchmarks/noise_figure.py``); this read +-25% and +-32%. From 3 pairs it is still a rough
+        figure: 10% of those runs read under +-10%."""
         sd = self.per_pair_spread()
         return math.expm1(NormalDist().inv_cdf(1 - (1 - self.confidence) / 2) * sd) if math.isfinite(sd) else math.inf
 
