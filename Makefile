@@ -35,7 +35,8 @@ check: install
 # torch._dynamo (2.2 s more: any optimizer's constructor imports it). TEST_WORKERS=1 runs it on one.
 # --dist loadgroup keeps a module's tests that share a module-scoped fixture on one worker (tests/conftest.py):
 # with plain load scheduling each worker built it, and the slowest (a 45 s script tune) ran twice. On one VM,
-# pytest of the same 901 tests took 10m30s and 10m21s before, 9m01s after (CPU 19.6 min, then 17.1).
+# pytest of the same 901 tests took 10m30s and 10m21s before, 9m01s after (CPU 19.6 min, then 17.1); the
+# clean-clone .ci/run after it, 11m38s in all (pytest 9m46s): still over 10 minutes on that VM.
 test: check
 	bash scripts/install_test_tools.sh
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
