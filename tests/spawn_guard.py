@@ -97,6 +97,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # platform runs `uname -p` once per process and caches it: started here, it is charged to no
     # test (otherwise to whichever test happens to read the machine fingerprint first).
     platform.processor()
+    # matplotlib builds its font cache on a machine's first import, running fc-list: done here, not
+    # charged to the first test that draws a chart (on a fresh machine only, so it went unseen).
+    import matplotlib.font_manager  # noqa: F401
     _wrap_popen()
     _wrap_process_start()
     _wrap_compile()

@@ -1,4 +1,5 @@
-"""The tune report on several ranks: strategies side by side and the scaling curves (synthetic result)."""
+"""The tune report from a synthetic result: written through the public API, and on several ranks the
+strategies side by side and the scaling curves."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import dataclasses
 from scale_fixtures import synthetic_scale_inputs
 from torchsmith.measure.fingerprint import machine_fingerprint
 from torchsmith.plan import Plan, Zero1
-from torchsmith.report.tune_html import render_tune_html
+from torchsmith.report.tune_html import render_tune_html, write_tune_report
 from torchsmith.tuner import GuardConfig
 from torchsmith.tuner.result import Candidate, TuneResult
 from torchsmith.tuner.scale_rows import scale_rows
@@ -20,6 +21,12 @@ def _one_rank_result() -> TuneResult:
                       items_per_step=64, budget_seconds=60, elapsed_seconds=50, memory_limit_bytes=None,
                       guard=GuardConfig(), fingerprint=machine_fingerprint(), device="cpu",
                       baseline_losses=[1.0, 0.9], best_losses=[1.0, 0.9])
+
+
+def test_write_tune_report_writes_the_page_atomically_and_returns_its_path(tmp_path):
+    path = tmp_path / "report.html"
+    assert write_tune_report(_one_rank_result(), path) == path
+    assert path.read_text().startswith("<!doctype html>") and list(tmp_path.iterdir()) == [path]  # no temp left
 
 
 def test_a_report_on_two_ranks_shows_the_strategies_and_the_scaling_curves():
