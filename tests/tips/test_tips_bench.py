@@ -117,7 +117,7 @@ def test_bench_tips_json_command():
                                    "--steps", "2", "--warmup", "1", "--json"])
     assert out.exit_code == 0, out.output
     data = json.loads(out.stdout[out.stdout.index("{"):])
-    assert [c["transform"] for c in data["candidates"]] == ["optimizer"] * 2  # foreach, fused: for_loop is as written
+    assert [c["transform"] for c in data["candidates"]] == ["optimizer"] * 2  # fused, foreach: for_loop is as written
     assert data["machine"]["torch_version"] == torch.__version__
 
 

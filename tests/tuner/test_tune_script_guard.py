@@ -200,21 +200,21 @@ def _stub_runs(monkeypatch, speed, noise=0.03, seed=0, optimizer_share=None):
 
 
 def test_only_a_win_whose_interval_clears_the_margin_is_kept(monkeypatch):
-    # fused is 1.25x; foreach 1.01x (inside the margin); for_loop, what the CPU runs as written, is not
-    # tried. Runs alternate B A A B. The stub's noise is seeded: with seed 1 foreach's first 3 pairs read
-    # 0.99x (0.94-1.05), below the margin, so it stops there for futility (with seed 0 they read
+    # fused, tried first, is 1.01x here (inside the margin); foreach 1.25x; for_loop, what the CPU runs as
+    # written, is not tried. Runs alternate B A A B. The stub's noise is seeded: with seed 1 fused's first 3
+    # pairs read 0.99x (0.94-1.05), below the margin, so it stops there for futility (with seed 0 they read
     # 0.95-0.99, the 1 in 20 a 95% interval misses).
-    ran = _stub_runs(monkeypatch, {"fused": 1.25, "foreach": 1.01, "for_loop": 0.8}, seed=1)
+    ran = _stub_runs(monkeypatch, {"fused": 1.01, "foreach": 1.25, "for_loop": 0.8}, seed=1)
     r = tune_script(["train.py"], ScriptTuneConfig(budget_seconds=60, knobs=("optimizer",)))
     by_impl = {c.plan.optimizer.impl: c for c in r.candidates}
     assert "for_loop" not in by_impl
-    assert by_impl["foreach"].status == "not distinguishable" and "low end above 1.03" in by_impl["foreach"].reason
-    assert by_impl["foreach"].interval.pairs == 3  # its estimate is below the margin: no more pairs for it
-    assert by_impl["fused"].status == "accepted" and by_impl["fused"].interval.low > 1.03
-    assert r.plan.optimizer.impl == "fused"
+    assert by_impl["fused"].status == "not distinguishable" and "low end above 1.03" in by_impl["fused"].reason
+    assert by_impl["fused"].interval.pairs == 3  # its estimate is below the margin: no more pairs for it
+    assert by_impl["foreach"].status == "accepted" and by_impl["foreach"].interval.low > 1.03
+    assert r.plan.optimizer.impl == "foreach"
     assert r.speedup_interval.low <= 1.25 <= r.speedup_interval.high and r.speedup_interval.pairs >= 3
     # The probe (it is the first A) and 3 A/A calibration pairs come first; then each pair runs its candidate first.
-    assert ran[:7] == ["as_written"] * 6 + ["foreach"]
+    assert ran[:7] == ["as_written"] * 6 + ["fused"]
     assert r.noise is not None and r.noise.pairs == 3 and any("runs differ by" in n for n in r.notes)
 
 
